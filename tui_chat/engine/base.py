@@ -1,0 +1,211 @@
+"""The engine protocol and the events an engine yields.
+
+An engine turns a conversation into a stream of raw token bytes. It never decodes
+UTF-8, never looks for stop strings and never touches a UI: that is the job of
+:mod:`tui_chat.engine.stream`, which is shared by every engine (llama.cpp, the scripted
+fake, a trace replay), so the same decode and stop rules are tested once and hold for all.
+
+Nothing in this package imports Textual or Rich (a test checks ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypedDict
+
+Role = Literal["system", "user", "assistant"]
+
+
+class ChatMessage(TypedDict, total=False):
+    """One message of a conversation, as the chat template receives it.
+
+    ``interrupted`` marks an assistant reply that the user stopped; its partial text is
+    still sent to the model on the next turn (case C10 of the replay cases).
+    """
+
+    role: Role
+    content: str
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings for one completion.
+
+    The defaults suit a small base model: greedy decoding (temperature 0) makes the
+    bundled Gemma 3 270M loop on one phrase, so we sample with a mild repeat penalty.
+
+    Attributes:
+        max_tokens: most tokens to generate for one reply.
+        temperature: softmax temperature; 0 means greedy.
+        top_p: nucleus sampling mass, 0-1.
+        top_k: keep the k most likely tokens; 0 disables.
+        min_p: drop tokens below ``min_p`` x the top probability.
+        repeat_penalty: penalty for recently seen tokens; 1.0 disables.
+        seed: sampler seed; -1 picks a random one.
+    """
+
+    max_tokens: int = 512
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    seed: int = -1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the UI shows about a loaded model.
+
+    Attributes:
+        name: short display name (file name without ``.gguf``).
+        n_ctx: context window in tokens.
+        chat_format: name of the chat template in use.
+        architecture: ``general.architecture`` from the GGUF header ("" if unknown).
+        n_gpu_layers: layers offloaded to the GPU (0 on CPU builds).
+        load_ms: wall time of the load in milliseconds.
+    """
+
+    name: str
+    n_ctx: int
+    chat_format: str
+    architecture: str = ""
+    n_gpu_layers: int = 0
+    load_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class PrefillDone:
+    """The prompt is in the KV cache; decode steps follow.
+
+    Attributes:
+        n_prompt_tokens: length of the whole prompt in tokens.
+        n_evaluated: prompt tokens actually evaluated in this prefill (the rest were
+            reused from the KV cache by prefix match).
+        prefill_ms: wall time of the prefill in milliseconds.
+        trimmed_messages: number of oldest messages dropped to fit ``n_ctx``.
+    """
+
+    n_prompt_tokens: int
+    n_evaluated: int
+    prefill_ms: float
+    trimmed_messages: int = 0
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """One sampled token as the bytes llama.cpp's token-to-piece gives.
+
+    ``data`` may hold part of a UTF-8 character (or the end of one and the start of the
+    next); :class:`~tui_chat.engine.decode.StreamDecoder` reassembles them.
+    ``eog`` marks an end-of-generation token (end of turn, EOS): its bytes are never
+    shown and generation ends there.
+
+    Attributes:
+        data: raw bytes of the piece.
+        eog: True for an end-of-generation token.
+        step_ms: duration of the decode step that produced it, in milliseconds.
+    """
+
+    data: bytes
+    eog: bool = False
+    step_ms: float = 0.0
+
+
+EngineEvent = PrefillDone | TokenPiece
+
+
+class EngineError(Exception):
+    """A clear, user-facing engine failure (bad model file, context overflow...).
+
+    The message is one line meant for the user; the app shows it and stays up.
+    """
+
+
+class ContextOverflowError(EngineError):
+    """The newest message alone does not fit in the context window.
+
+    Attributes:
+        n_prompt_tokens: tokens the prompt needs.
+        n_ctx: the context window in tokens.
+    """
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, n_reserved: int) -> None:
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"The prompt needs {n_prompt_tokens} tokens but the context window is "
+            f"{n_ctx} tokens ({n_reserved} kept free for the reply). Shorten the "
+            f"message or start with a larger --n-ctx."
+        )
+
+
+@dataclass
+class CancelToken:
+    """A cancel flag shared by the UI and the engine thread.
+
+    The engine checks :meth:`is_set` once per decode step and once per prompt batch, so
+    a cancel is honoured within one step.
+    """
+
+    _event: threading.Event = field(default_factory=threading.Event)
+    requested_at: float | None = None
+
+    def set(self, now: float | None = None) -> None:
+        """Request cancellation; ``now`` is a ``time.perf_counter()`` stamp."""
+        if self.requested_at is None:
+            self.requested_at = time.perf_counter() if now is None else now
+        self._event.set()
+
+    def is_set(self) -> bool:
+        """True once cancellation was requested."""
+        return self._event.is_set()
+
+
+class Engine(Protocol):
+    """What the UI and headless mode need from an engine.
+
+    All methods except :attr:`stop_strings` and :attr:`info` run on the engine thread
+    only; an engine is never entered by two threads at once.
+    """
+
+    @property
+    def info(self) -> ModelInfo | None:
+        """The loaded model, or None before :meth:`load`."""
+        ...
+
+    @property
+    def stop_strings(self) -> Sequence[str]:
+        """Strings that end a reply when the model writes them (turn markers)."""
+        ...
+
+    def load(self) -> ModelInfo:
+        """Load the model (blocking, seconds).
+
+        Raises:
+            EngineError: the model cannot be loaded; the message says why.
+        """
+        ...
+
+    def generate(
+        self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[EngineEvent]:
+        """Yield one :class:`PrefillDone`, then :class:`TokenPiece` per decode step.
+
+        Stops by itself after ``params.max_tokens`` tokens or an end-of-generation
+        token; the caller may also stop iterating at any time. Returns soon after
+        ``cancel`` is set (within one decode step or one prompt batch).
+
+        Raises:
+            ContextOverflowError: the newest message does not fit in ``n_ctx``.
+            EngineError: any other clear failure.
+        """
+        ...
+
+    def close(self) -> None:
+        """Free the model. Safe to call twice."""
+        ...

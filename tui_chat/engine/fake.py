@@ -1,0 +1,190 @@
+"""A scripted engine for tests and benchmarks: token bytes at set times, no model.
+
+A script is a list of :class:`Step`: each yields raw token bytes (or an
+end-of-generation token) at a time relative to the start of decoding, so tests can
+split UTF-8 characters and stop strings across pieces exactly as llama.cpp does, and
+pace the stream like a real model. It behaves like :class:`~tui_chat.engine.llama.LlamaEngine`
+where the UI can tell: cancel is checked every step and every prefill batch, and a
+second thread entering it is recorded (``max_concurrency``) and refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from tui_chat.engine.base import (
+    CancelToken,
+    ChatMessage,
+    EngineError,
+    EngineEvent,
+    ModelInfo,
+    PrefillDone,
+    SamplingParams,
+    TokenPiece,
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted token.
+
+    Attributes:
+        at_s: seconds after decoding starts when the token is produced.
+        data: the token's raw bytes.
+        eog: an end-of-generation token (its bytes are ignored).
+    """
+
+    at_s: float
+    data: bytes = b""
+    eog: bool = False
+
+
+EOG = object()
+"""Put in :func:`paced` input to produce an end-of-generation token."""
+
+
+def paced(pieces: Iterable[bytes | str | object], tokens_per_s: float = 0.0) -> list[Step]:
+    """A script from pieces at a steady rate (0 = as fast as possible).
+
+    ``str`` pieces are UTF-8 encoded; :data:`EOG` becomes an end-of-generation token.
+    """
+    steps = []
+    dt = 1.0 / tokens_per_s if tokens_per_s > 0 else 0.0
+    for i, piece in enumerate(pieces):
+        at = i * dt
+        if piece is EOG:
+            steps.append(Step(at, eog=True))
+        elif isinstance(piece, str):
+            steps.append(Step(at, piece.encode("utf-8")))
+        else:
+            assert isinstance(piece, bytes)
+            steps.append(Step(at, piece))
+    return steps
+
+
+Script = Sequence[Step]
+ScriptFn = Callable[[Sequence[ChatMessage]], Script]
+
+
+class FakeEngine:
+    """Engine that plays scripts.
+
+    Args:
+        scripts: one script per ``generate`` call, in order (the last one repeats), or
+            a function from the conversation to a script.
+        stop_strings: turn markers, as a chat template would give.
+        load_s: seconds :meth:`load` takes.
+        prefill_s: seconds each prefill takes, fed in batches of ``batch_s``.
+        batch_s: the prefill's cancel granularity in seconds.
+        n_ctx: reported context window.
+        load_error: if set, :meth:`load` raises :class:`EngineError` with it.
+    """
+
+    def __init__(
+        self,
+        scripts: Sequence[Script] | ScriptFn = (),
+        *,
+        stop_strings: Sequence[str] = ("<end_of_turn>", "<start_of_turn>"),
+        load_s: float = 0.0,
+        prefill_s: float = 0.0,
+        batch_s: float = 0.02,
+        n_ctx: int = 4096,
+        load_error: str | None = None,
+        name: str = "fake-model",
+    ) -> None:
+        self._scripts = scripts
+        self._stops = tuple(stop_strings)
+        self.load_s = load_s
+        self.prefill_s = prefill_s
+        self.batch_s = batch_s
+        self.n_ctx = n_ctx
+        self.load_error = load_error
+        self.name = name
+        self._info: ModelInfo | None = None
+        self._lock = threading.Lock()
+        self._active = 0
+        self.max_concurrency = 0
+        self.calls: list[list[ChatMessage]] = []
+        self.last_token_at: float | None = None
+        self.idle = threading.Event()
+        self.idle.set()
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    @property
+    def stop_strings(self) -> Sequence[str]:
+        return self._stops
+
+    def load(self) -> ModelInfo:
+        if self.load_s:
+            time.sleep(self.load_s)
+        if self.load_error:
+            raise EngineError(self.load_error)
+        self._info = ModelInfo(name=self.name, n_ctx=self.n_ctx, chat_format="fake")
+        return self._info
+
+    def _script_for(self, messages: Sequence[ChatMessage]) -> Script:
+        if callable(self._scripts):
+            return self._scripts(messages)
+        if not self._scripts:
+            return []
+        index = min(len(self.calls) - 1, len(self._scripts) - 1)
+        return self._scripts[index]
+
+    def generate(
+        self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[EngineEvent]:
+        with self._lock:
+            self._active += 1
+            self.max_concurrency = max(self.max_concurrency, self._active)
+            entered_twice = self._active > 1
+        self.idle.clear()
+        try:
+            if entered_twice:
+                raise RuntimeError("FakeEngine entered by two threads at once")
+            self.calls.append([dict(m) for m in messages])  # type: ignore[misc]
+            yield from self._play(messages, params, cancel)
+        finally:
+            with self._lock:
+                self._active -= 1
+            self.idle.set()
+
+    def _play(
+        self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[EngineEvent]:
+        t0 = time.perf_counter()
+        script = self._script_for(messages)
+        n_prompt = sum(len(m["content"]) // 4 + 4 for m in messages)
+        deadline = t0 + self.prefill_s
+        while time.perf_counter() < deadline:
+            if cancel.is_set():
+                return
+            time.sleep(min(self.batch_s, max(0.0, deadline - time.perf_counter())))
+        if cancel.is_set():
+            return
+        prefill_ms = (time.perf_counter() - t0) * 1000
+        yield PrefillDone(n_prompt_tokens=n_prompt, n_evaluated=n_prompt, prefill_ms=prefill_ms)
+        start = time.perf_counter()
+        prev = start
+        for i, step in enumerate(script):
+            if i >= params.max_tokens:
+                return
+            delay = start + step.at_s - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            if cancel.is_set():
+                return
+            now = time.perf_counter()
+            self.last_token_at = now
+            yield TokenPiece(step.data, eog=step.eog, step_ms=(now - prev) * 1000)
+            prev = now
+            if step.eog:
+                return
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,304 @@
+"""The embedded llama.cpp engine (llama-cpp-python): load, template, prefill, decode, cancel.
+
+One :class:`LlamaEngine` owns one ``llama_cpp.Llama``; only the engine thread calls it,
+and a lock makes a second caller fail loudly instead of corrupting the KV cache.
+
+Prefill is fed in ``n_batch`` chunks with a cancel check between chunks, so Esc during
+a long prompt is honoured within one prompt batch (replay case C08). Decode checks
+the cancel flag once per step.
+
+KV cache reuse across turns: the engine remembers the tokens of the previous prompt and
+reply. When the new prompt text starts with that text (the usual case: history plus
+a new message), the new prompt's tokens are those cached tokens plus the tokens of the
+new suffix alone, so re-tokenising the earlier reply can never move a token boundary
+and waste the cache (case C20). Then only tokens after the longest common prefix with
+the KV cache are evaluated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tui_chat.engine.base import (
+    CancelToken,
+    ChatMessage,
+    ContextOverflowError,
+    EngineError,
+    EngineEvent,
+    ModelInfo,
+    PrefillDone,
+    SamplingParams,
+    TokenPiece,
+)
+from tui_chat.engine.modelfile import ModelFileError, check_model_file
+from tui_chat.engine.templates import ChatTemplate, choose_template
+
+
+class LlamaEngine:
+    """llama-cpp-python engine for one GGUF model.
+
+    Args:
+        model_path: path to a GGUF file.
+        n_ctx: context window in tokens.
+        n_gpu_layers: layers to offload to the GPU; -1 offloads all (CUDA builds only,
+            a CPU build ignores it).
+        n_threads: CPU threads for decode; None lets llama-cpp-python choose
+            (half the cores).
+        n_batch: prompt tokens evaluated per batch; also the cancel granularity of a
+            prefill.
+        chat_format: ``--chat-format`` override, or None to choose automatically.
+        log_path: where native logs go (see :mod:`tui_chat.engine.native_log`).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        n_batch: int = 256,
+        chat_format: str | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.n_ctx = n_ctx
+        self.n_gpu_layers = n_gpu_layers
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self.chat_format = chat_format
+        self.log_path = log_path
+        self._llm: Any = None
+        self._template: ChatTemplate | None = None
+        self._info: ModelInfo | None = None
+        self._busy = threading.Lock()
+        # Tokens whose text is exactly self._cached_text (prompt + reply of last turn).
+        self._cached_tokens: list[int] = []
+        self._cached_text = ""
+        self._bos: int | None = None
+        self._piece_buf = (ctypes.c_char * 256)()
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self._info
+
+    @property
+    def stop_strings(self) -> Sequence[str]:
+        return self._template.stop_strings if self._template else ()
+
+    def load(self) -> ModelInfo:
+        """Load the GGUF (seconds). Raises :class:`EngineError` with a clear message."""
+        header = check_model_file(self.model_path)
+        from tui_chat.engine import native_log
+        from tui_chat.paths import native_log_path
+
+        native_log.install(self.log_path or native_log_path())
+        import llama_cpp
+
+        t0 = time.perf_counter()
+        n_before = len(native_log.recent_lines(200))
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(header.path),
+                n_ctx=self.n_ctx,
+                n_gpu_layers=self.n_gpu_layers,
+                n_threads=self.n_threads,
+                n_batch=self.n_batch,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelFileError(self._load_failure(str(exc), n_before)) from exc
+        self._llm = llm
+        vocab = llm._model.vocab
+        self._vocab = vocab
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+        self._token_to_piece = llama_cpp.llama_token_to_piece
+        add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self._bos = llm.token_bos() if add_bos else None
+        bos_text = self._piece(llm.token_bos(), special=True).decode("utf-8", "replace")
+        eos_text = self._piece(llm.token_eos(), special=True).decode("utf-8", "replace")
+        try:
+            self._template = choose_template(llm.metadata, self.chat_format, bos_text, eos_text)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from exc
+        offloaded = 0
+        if self.n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
+            n_layers = llama_cpp.llama_model_n_layer(llm.model)
+            offloaded = n_layers if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_layers)
+        self._info = ModelInfo(
+            name=self.model_path.name.removesuffix(".gguf"),
+            n_ctx=llm.n_ctx(),
+            chat_format=self._template.name,
+            architecture=header.architecture,
+            n_gpu_layers=offloaded,
+            load_ms=(time.perf_counter() - t0) * 1000,
+        )
+        return self._info
+
+    def _load_failure(self, error: str, n_before: int) -> str:
+        from tui_chat.engine import native_log
+
+        lines = native_log.recent_lines(200)[n_before:] or native_log.recent_lines(20)
+        for line in reversed(lines):
+            low = line.lower()
+            if "unknown model architecture" in low:
+                arch = line.split("unknown model architecture:", 1)[-1].strip(" :'\"")
+                return (
+                    f"{self.model_path}: llama.cpp does not know the model architecture "
+                    f"'{arch}'; a newer llama-cpp-python may support it"
+                )
+            if "failed to allocate" in low or "unable to allocate" in low or "out of memory" in low:
+                return (
+                    f"{self.model_path}: not enough memory to load the model "
+                    f"({line.strip()}); try a smaller quantisation, a smaller --n-ctx or "
+                    "fewer --n-gpu-layers"
+                )
+        detail = next(
+            (ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()),
+            error,
+        )
+        return f"{self.model_path}: llama.cpp could not load the model: {detail}"
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        """Raw bytes of one token (llama_token_to_piece), never NUL-padded."""
+        buf = self._piece_buf
+        n = self._token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            big = (ctypes.c_char * -n)()
+            n = self._token_to_piece(self._vocab, token, big, -n, 0, special)
+            return bytes(big[:n])
+        return bytes(buf[:n])
+
+    def _tokenize(self, text: str) -> list[int]:
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[str, list[int]]:
+        """Render and tokenise a conversation: exactly one BOS (if the model wants one)."""
+        assert self._template is not None
+        text = self._template.render(messages)
+        if self._cached_text and text.startswith(self._cached_text):
+            tokens = self._cached_tokens + self._tokenize(text[len(self._cached_text) :])
+        else:
+            tokens = ([self._bos] if self._bos is not None else []) + self._tokenize(text)
+        return text, tokens
+
+    def _fit(
+        self, messages: Sequence[ChatMessage], max_tokens: int
+    ) -> tuple[str, list[int], int]:
+        """Drop the oldest turns (keeping system messages) until the prompt fits."""
+        reserve = min(max_tokens, self.n_ctx // 4)
+        msgs = list(messages)
+        dropped = 0
+        while True:
+            text, tokens = self.prompt_tokens(msgs)
+            if len(tokens) + reserve <= self.n_ctx:
+                return text, tokens, dropped
+            idx = next(
+                (i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None
+            )
+            if idx is None:
+                raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
+            del msgs[idx]
+            dropped += 1
+
+    def generate(
+        self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[EngineEvent]:
+        """See :meth:`tui_chat.engine.base.Engine.generate`."""
+        if self._llm is None:
+            raise EngineError("no model loaded")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("LlamaEngine entered by two threads at once")
+        try:
+            yield from self._generate(messages, params, cancel)
+        finally:
+            self._busy.release()
+
+    def _generate(
+        self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[EngineEvent]:
+        llm = self._llm
+        t0 = time.perf_counter()
+        text, tokens, dropped = self._fit(messages, params.max_tokens)
+        # The KV cache holds llm.input_ids[:llm.n_tokens]. Reuse its longest common
+        # prefix with the new prompt, keeping at least one token to evaluate so the
+        # logits for the first sample are fresh.
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        lcp = 0
+        for a, b in zip(cached, tokens[:-1], strict=False):
+            if a != b:
+                break
+            lcp += 1
+        if lcp < llm.n_tokens and not llm._ctx.kv_cache_seq_rm(-1, lcp, -1):
+            lcp = 0
+            llm.reset()
+        llm.n_tokens = lcp
+        # Forget the cached text until this turn's tokens are known.
+        self._cached_text, self._cached_tokens = "", []
+        body = tokens[lcp:-1]
+        for i in range(0, len(body), self.n_batch):
+            if cancel.is_set():
+                return
+            llm.eval(body[i : i + self.n_batch])
+        if cancel.is_set():
+            return
+        import llama_cpp
+
+        llm.set_seed(params.seed if params.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED)
+        gen = llm.generate(
+            tokens,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            min_p=params.min_p,
+            temp=params.temperature,
+            repeat_penalty=params.repeat_penalty,
+        )
+        reply: list[int] = []
+        first = True
+        step_start = time.perf_counter()
+        try:
+            for token in gen:
+                now = time.perf_counter()
+                if first:
+                    first = False
+                    yield PrefillDone(
+                        n_prompt_tokens=len(tokens),
+                        n_evaluated=len(tokens) - lcp,
+                        prefill_ms=(now - t0) * 1000,
+                        trimmed_messages=dropped,
+                    )
+                step_ms = (now - step_start) * 1000
+                if self._is_eog(self._vocab, token):
+                    yield TokenPiece(b"", eog=True, step_ms=step_ms)
+                    break
+                reply.append(token)
+                # Keep the splice state current at every step: the consumer may stop
+                # iterating after any token (cancel, stop string, max tokens).
+                yield TokenPiece(self._piece(token), step_ms=step_ms)
+                if cancel.is_set() or len(reply) >= params.max_tokens:
+                    break
+                if len(tokens) + len(reply) >= self.n_ctx:
+                    break
+                step_start = time.perf_counter()
+        finally:
+            gen.close()
+            reply_bytes = b"".join(self._piece(t) for t in reply)
+            try:
+                reply_text = reply_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                reply_text = ""
+            if reply_text:
+                self._cached_text = text + reply_text
+                self._cached_tokens = tokens + reply
+            self.last_prompt_tokens = tokens
+
+    def close(self) -> None:
+        """Free the model (native memory). Safe to call twice."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.close()

@@ -1,0 +1,230 @@
+"""The streaming core: engine events -> decoded, stop-checked text -> a sink.
+
+:func:`run_stream` runs on the engine thread (or the main thread in headless mode).
+It drives an engine's token stream through :class:`~tui_chat.engine.decode.StreamDecoder`
+and hands each released text piece to a sink without ever waiting for the consumer:
+the UI's sink appends to a :class:`TokenBuffer` that a paint timer drains.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from tui_chat.engine.base import (
+    CancelToken,
+    ChatMessage,
+    Engine,
+    EngineError,
+    PrefillDone,
+    SamplingParams,
+    TokenPiece,
+)
+from tui_chat.engine.decode import StreamDecoder
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+TraceFn = Callable[..., None]
+"""``trace(event, **fields)``: records one timeline event (see the README's trace format)."""
+
+
+@dataclass
+class StreamStats:
+    """Timing of one reply. Times are ``time.perf_counter()`` seconds.
+
+    Attributes:
+        started_at: when the request reached the engine thread.
+        first_token_at: when the first reply token left the engine (None before).
+        last_token_at: when the latest reply token left the engine.
+        n_tokens: reply tokens produced (end-of-generation token excluded).
+        n_prompt_tokens: prompt length in tokens.
+        n_evaluated: prompt tokens evaluated (not reused from the KV cache).
+        prefill_ms: prompt evaluation time in milliseconds.
+        step_ms: duration of each decode step in milliseconds.
+    """
+
+    started_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    n_tokens: int = 0
+    n_prompt_tokens: int = 0
+    n_evaluated: int = 0
+    prefill_ms: float = 0.0
+    trimmed_messages: int = 0
+    step_ms: list[float] = field(default_factory=list)
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to first token in milliseconds, or None before it."""
+        if self.first_token_at is None:
+            return None
+        return (self.first_token_at - self.started_at) * 1000
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Decode speed: tokens after the first / time since the first (None if < 2)."""
+        if self.first_token_at is None or self.last_token_at is None or self.n_tokens < 2:
+            return None
+        span = self.last_token_at - self.first_token_at
+        return (self.n_tokens - 1) / span if span > 0 else None
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        """Prompt tokens evaluated per second of prefill (None if not measured)."""
+        if self.prefill_ms <= 0 or self.n_evaluated <= 0:
+            return None
+        return self.n_evaluated / (self.prefill_ms / 1000)
+
+
+@dataclass
+class StreamResult:
+    """How a reply ended.
+
+    Attributes:
+        text: the reply as shown (stop strings removed, trailing whitespace stripped).
+        reason: ``stop`` (end of turn or stop string), ``length`` (max tokens or
+            context full), ``cancelled`` or ``error``.
+        stats: timing.
+        error: user-facing message when ``reason == "error"``.
+    """
+
+    text: str
+    reason: FinishReason
+    stats: StreamStats
+    error: str | None = None
+
+
+class StreamSink(Protocol):
+    """Receives a reply as it streams. Called on the engine thread; must not block."""
+
+    def on_prefill(self, event: PrefillDone, stats: StreamStats) -> None:
+        """The prompt is evaluated."""
+
+    def on_text(self, text: str, stats: StreamStats) -> None:
+        """New reply text (never empty). ``stats`` is updated before the call."""
+
+
+class TokenBuffer:
+    """A lock-protected text buffer between the engine thread and the UI loop.
+
+    The engine appends (never waits for painting); the UI drains on its paint timer.
+    Each append records the time it was produced so paints can measure staleness.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parts: list[str] = []
+        self._oldest: float | None = None
+        self._n_tokens = 0
+
+    def append(self, text: str, n_tokens: int = 1, now: float | None = None) -> bool:
+        """Add text; returns True when the buffer was empty (a paint may be wanted)."""
+        with self._lock:
+            was_empty = not self._parts
+            self._parts.append(text)
+            self._n_tokens += n_tokens
+            if was_empty:
+                self._oldest = time.perf_counter() if now is None else now
+            return was_empty
+
+    def drain(self) -> tuple[str, int, float | None]:
+        """Take everything: (text, token count, perf_counter of the oldest part)."""
+        with self._lock:
+            if not self._parts:
+                return "", 0, None
+            text = "".join(self._parts)
+            n, oldest = self._n_tokens, self._oldest
+            self._parts, self._n_tokens, self._oldest = [], 0, None
+            return text, n, oldest
+
+
+def run_stream(
+    engine: Engine,
+    messages: Sequence[ChatMessage],
+    params: SamplingParams,
+    cancel: CancelToken,
+    sink: StreamSink,
+    trace: TraceFn | None = None,
+) -> StreamResult:
+    """Run one completion to the end, feeding ``sink``; never raises for engine faults.
+
+    Args:
+        engine: a loaded engine.
+        messages: the conversation, newest message last.
+        params: sampling settings.
+        cancel: checked after every token; when set the reply ends as ``cancelled``.
+        sink: receives prefill and text events on this thread.
+        trace: optional timeline recorder (``--trace``).
+
+    Returns:
+        The final reply text and how it ended. An :class:`EngineError` (context
+        overflow, ...) becomes ``reason="error"`` with its message; the partial text
+        is kept.
+    """
+    stats = StreamStats()
+    decoder = StreamDecoder(engine.stop_strings)
+    reason: FinishReason = "length"
+    error: str | None = None
+    tr: Any = trace or (lambda *a, **k: None)
+    tr("request", n_messages=len(messages))
+    events = engine.generate(messages, params, cancel)
+    try:
+        for event in events:
+            if isinstance(event, PrefillDone):
+                stats.n_prompt_tokens = event.n_prompt_tokens
+                stats.n_evaluated = event.n_evaluated
+                stats.prefill_ms = event.prefill_ms
+                stats.trimmed_messages = event.trimmed_messages
+                tr(
+                    "prefill",
+                    n_prompt_tokens=event.n_prompt_tokens,
+                    n_evaluated=event.n_evaluated,
+                    prefill_ms=round(event.prefill_ms, 3),
+                )
+                sink.on_prefill(event, stats)
+                continue
+            assert isinstance(event, TokenPiece)
+            now = time.perf_counter()
+            if event.eog:
+                tr("token", bytes="", eog=True, step_ms=round(event.step_ms, 3))
+                reason = "stop"
+                break
+            stats.n_tokens += 1
+            stats.step_ms.append(event.step_ms)
+            if stats.first_token_at is None:
+                stats.first_token_at = now
+            stats.last_token_at = now
+            tr("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3))
+            text = decoder.feed(event.data)
+            if text:
+                sink.on_text(text, stats)
+            if decoder.stopped:
+                reason = "stop"
+                break
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+        else:
+            reason = "cancelled" if cancel.is_set() else "length"
+    except EngineError as exc:
+        reason, error = "error", str(exc)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    if cancel.is_set() and reason == "length":
+        reason = "cancelled"
+    tail = decoder.flush()
+    if tail:
+        sink.on_text(tail, stats)
+    if cancel.is_set():
+        tr("cancel_honoured", requested_at_offset_ms=_offset_ms(cancel.requested_at, stats))
+    tr("end", reason=reason)
+    return StreamResult(decoder.text.rstrip(), reason, stats, error)
+
+
+def _offset_ms(at: float | None, stats: StreamStats) -> float | None:
+    return None if at is None else round((at - stats.started_at) * 1000, 3)

@@ -1,0 +1,287 @@
+"""ChatApp: wiring between the input, the conversation view and the engine thread.
+
+Token path: engine thread -> :class:`~tui_chat.engine.stream.TokenBuffer` -> paint timer
+(every ``render_interval_ms``) -> ``sanitize`` -> ``MarkdownStream`` of the live reply.
+The first text of a reply is painted at once (a :class:`FirstText` message). The event
+loop never runs model code and the engine thread never waits for a paint.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from rich.markdown import Markdown as RichMarkdown
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Footer, Input, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from tui_chat.config import Config
+from tui_chat.engine.base import ChatMessage, Engine, ModelInfo
+from tui_chat.engine.stream import StreamResult, StreamStats, TraceFn
+from tui_chat.sanitize import sanitize
+from tui_chat.ui.engine_thread import EngineThread, ReplyRequest
+from tui_chat.ui.messages import (
+    EngineLoaded,
+    EngineLoadFailed,
+    FirstText,
+    PrefillFinished,
+    ReplyFinished,
+)
+
+# Finished turns beyond this many are unmounted (they stay in the conversation): every
+# mounted widget costs layout time on each height change.
+MAX_MOUNTED_TURNS = 80
+
+
+class UserTurn(Static):
+    """The user's message, shown verbatim (``markup=False``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(sanitize(text), markup=False, classes="turn user")
+
+
+class AssistantTurn(Vertical):
+    """One reply: a live Markdown while it streams, one static render when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__(classes="turn assistant")
+        self.markdown = Markdown(open_links=False, classes="live")
+        self.stream: MarkdownStream | None = None
+        self.paints = 0
+
+    def compose(self) -> ComposeResult:
+        yield self.markdown
+
+    def on_mount(self) -> None:
+        self.stream = Markdown.get_stream(self.markdown)
+
+    async def paint(self, text: str) -> None:
+        """Append sanitized ``text`` to the live Markdown."""
+        self.paints += 1
+        if self.stream is not None:
+            await self.stream.write(text)
+
+    async def finish(self, final_text: str, note: str | None) -> None:
+        """Replace the live blocks by one widget holding the full render of the reply."""
+        if self.stream is not None:
+            await self.stream.stop()
+            self.stream = None
+        final = Static(
+            RichMarkdown(sanitize(final_text), hyperlinks=False, code_theme="monokai"),
+            classes="final",
+        )
+        with self.app.batch_update():
+            await self.markdown.remove()
+            await self.mount(final)
+            if note:
+                await self.mount(Static(note, markup=False, classes="note"))
+        self.final_text = final_text
+
+
+class ChatApp(App[int]):
+    """The chat application. Build it with :func:`make_app`."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tui-chat"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop_reply", "Stop reply", priority=True),
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+l", "clear", "New chat"),
+    ]
+
+    def __init__(self, config: Config, engine: Engine, trace: TraceFn | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.engine = engine
+        self._trace = trace
+        self.engine_thread = EngineThread(self, engine, trace)
+        self.conversation: list[ChatMessage] = []
+        if config.system_prompt:
+            self.conversation.append({"role": "system", "content": config.system_prompt})
+        self.model_info: ModelInfo | None = None
+        self.state = "loading"
+        self.load_error: str | None = None
+        self._queued: list[str] = []
+        self._current: ReplyRequest | None = None
+        self._current_turn: AssistantTurn | None = None
+        self._next_reply_id = 0
+        self.last_stats: StreamStats | None = None
+        self.last_result: StreamResult | None = None
+        self.paint_count = 0
+
+    # ----------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(id="conversation")
+        yield Static("", id="status", markup=False)
+        yield Input(placeholder="Type a message, Enter to send", id="prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#conversation", VerticalScroll).anchor()
+        self.query_one("#prompt", Input).focus()
+        self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
+        self._update_status()
+        self.engine_thread.start()
+
+    # ------------------------------------------------------------ engine events
+    def on_engine_loaded(self, message: EngineLoaded) -> None:
+        self.model_info = message.info
+        self.state = "ready"
+        self._update_status()
+        self._start_next()
+
+    def on_engine_load_failed(self, message: EngineLoadFailed) -> None:
+        self.load_error = message.error
+        self.state = "error"
+        self.exit(return_code=2)
+
+    def on_prefill_finished(self, message: PrefillFinished) -> None:
+        if message.stats.trimmed_messages:
+            self.notify(
+                f"Context window full: the {message.stats.trimmed_messages} oldest "
+                "messages were left out of this prompt.",
+                severity="warning",
+                markup=False,
+            )
+        self._update_status()
+
+    async def on_first_text(self, message: FirstText) -> None:
+        await self._paint_tick()
+
+    async def on_reply_finished(self, message: ReplyFinished) -> None:
+        request, turn = self._current, self._current_turn
+        if request is None or turn is None or request.reply_id != message.reply_id:
+            return
+        await self._paint_tick()
+        result = message.result
+        self.last_result = result
+        self.last_stats = result.stats
+        note = None
+        if result.reason == "cancelled":
+            note = "⏹ interrupted"
+        elif result.reason == "error":
+            note = f"⚠ {result.error}"
+        elif result.reason == "length" and result.stats.n_tokens:
+            note = "… reply cut at the token limit"
+        await turn.finish(result.text, note)
+        if result.text or result.reason != "error":
+            reply: ChatMessage = {"role": "assistant", "content": result.text}
+            if result.reason == "cancelled":
+                reply["interrupted"] = True
+            self.conversation.append(reply)
+        else:
+            # Nothing was produced: drop the unanswered user message from the
+            # context so the next turn is not two user messages in a row.
+            self.conversation.pop()
+        self._current = None
+        self._current_turn = None
+        self.state = "interrupted" if result.reason == "cancelled" else "ready"
+        if result.reason == "error":
+            self.notify(result.error or "error", severity="error", markup=False)
+        self._update_status()
+        self._start_next()
+
+    # ------------------------------------------------------------- user input
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        event.input.value = ""
+        await self._mount_turn(UserTurn(text))
+        self._queued.append(text)
+        self._start_next()
+
+    def _start_next(self) -> None:
+        if self._current is not None or not self._queued or self.model_info is None:
+            return
+        text = self._queued.pop(0)
+        self.conversation.append({"role": "user", "content": text})
+        self._next_reply_id += 1
+        request = ReplyRequest(
+            reply_id=self._next_reply_id,
+            messages=[dict(m) for m in self.conversation],  # type: ignore[misc]
+            params=self.config.sampling,
+        )
+        self._current = request
+        turn = AssistantTurn()
+        self._current_turn = turn
+        self.call_later(self._mount_turn, turn)
+        self.state = "generating"
+        self._update_status()
+        self.engine_thread.submit(request)
+
+    async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
+        view = self.query_one("#conversation", VerticalScroll)
+        await view.mount(widget)
+        turns = view.query(".turn")
+        for old in list(turns)[: max(0, len(turns) - MAX_MOUNTED_TURNS)]:
+            await old.remove()
+
+    # -------------------------------------------------------------- painting
+    async def _paint_tick(self) -> None:
+        request, turn = self._current, self._current_turn
+        if request is None or turn is None or not turn.is_mounted:
+            return
+        text, _n, oldest = request.buffer.drain()
+        if text:
+            self.paint_count += 1
+            await turn.paint(sanitize(text))
+            if self._trace is not None:
+                staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
+                self._trace("painted", chars=len(text), staleness_ms=staleness)
+        self._update_status()
+
+    def _update_status(self) -> None:
+        info = self.model_info
+        name = info.name if info else Path(str(self.config.model or "default model")).name
+        parts = [name, self.state]
+        stats = self._current.stats if self._current and self._current.stats else self.last_stats
+        if stats is not None:
+            if stats.ttft_ms is not None:
+                parts.append(f"TTFT {stats.ttft_ms:.0f} ms")
+            if stats.decode_tokens_per_s is not None:
+                parts.append(f"{stats.decode_tokens_per_s:.1f} tok/s")
+            if stats.prefill_tokens_per_s is not None:
+                parts.append(f"prefill {stats.prefill_tokens_per_s:.0f} tok/s")
+            if info is not None:
+                parts.append(f"ctx {stats.n_prompt_tokens + stats.n_tokens}/{info.n_ctx}")
+        elif info is not None:
+            parts.append(f"ctx 0/{info.n_ctx}")
+        self.query_one("#status", Static).update(" │ ".join(parts))
+
+    # ---------------------------------------------------------------- actions
+    def action_stop_reply(self) -> None:
+        """Esc: stop the reply that is streaming (no-op when idle)."""
+        if self._current is not None:
+            self._current.cancel.set()
+
+    def action_interrupt(self) -> None:
+        """Ctrl+C: stop the reply while one streams; otherwise say how to quit."""
+        if self._current is not None:
+            self.action_stop_reply()
+        else:
+            self.notify("Press Ctrl+Q to quit.", markup=False)
+
+    async def action_quit(self) -> None:
+        """Ctrl+Q: stop any reply and leave; the CLI makes sure we exit within 1 s."""
+        self.engine_thread.stop()
+        self.exit(return_code=0)
+
+    async def action_clear(self) -> None:
+        """Ctrl+L: start a new conversation (only when no reply is streaming)."""
+        if self._current is not None:
+            return
+        self.conversation = [m for m in self.conversation if m["role"] == "system"]
+        await self.query_one("#conversation", VerticalScroll).remove_children()
+        self.last_stats = None
+        self._update_status()
+
+
+def make_app(config: Config, engine: Engine, trace: TraceFn | None = None) -> ChatApp:
+    """The one way to build the app (CLI, tests and benchmark)."""
+    return ChatApp(config, engine, trace)
