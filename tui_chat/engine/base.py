@@ -165,6 +165,10 @@ class CancelToken:
         """True once cancellation was requested."""
         return self._event.is_set()
 
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s`` seconds, waking early on cancel; True if cancelled."""
+        return self._event.wait(timeout_s)
+
 
 class Engine(Protocol):
     """What the UI and headless mode need from an engine.

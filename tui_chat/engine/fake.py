@@ -109,6 +109,7 @@ class FakeEngine:
         self.max_concurrency = 0
         self.calls: list[list[ChatMessage]] = []
         self.last_token_at: float | None = None
+        self.n_yielded = 0
         self.idle = threading.Event()
         self.idle.set()
 
@@ -164,6 +165,7 @@ class FakeEngine:
         while time.perf_counter() < deadline:
             if cancel.is_set():
                 return
+            # One prompt batch: not interruptible, like a native llama_decode call.
             time.sleep(min(self.batch_s, max(0.0, deadline - time.perf_counter())))
         if cancel.is_set():
             return
@@ -176,11 +178,14 @@ class FakeEngine:
                 return
             delay = start + step.at_s - time.perf_counter()
             if delay > 0:
-                time.sleep(delay)
+                # A decode step in progress: a cancel ends it early, as the step
+                # boundary of a real engine would.
+                cancel.wait(delay)
             if cancel.is_set():
                 return
             now = time.perf_counter()
             self.last_token_at = now
+            self.n_yielded += 1
             yield TokenPiece(step.data, eog=step.eog, step_ms=(now - prev) * 1000)
             prev = now
             if step.eog:
