@@ -17,7 +17,9 @@ MODEL_PATH = project_models_dir() / DEFAULT_MODEL_FILE
 
 
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path_factory.mktemp("home")
     for var, sub in (
         ("XDG_STATE_HOME", "state"),

@@ -52,7 +52,10 @@ def record_paints(turn_cls: type[AssistantTurn], monkeypatch: pytest.MonkeyPatch
 
 
 async def test_reply_streams_as_markdown_and_is_stored() -> None:
-    reply = "# Title\n\nSome **bold** text.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = 1\n```\n"
+    reply = (
+        "# Title\n\nSome **bold** text.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "```python\nx = 1\n```\n"
+    )
     pieces = [w + " " for w in reply.split(" ")]
     pieces[-1] = pieces[-1].rstrip(" ")
     engine = FakeEngine([paced([*pieces, EOG], 200)])
@@ -67,7 +70,7 @@ async def test_reply_streams_as_markdown_and_is_stored() -> None:
         assert "**" not in screen and "```" not in screen  # rendered, not raw
         assert app.conversation == [
             {"role": "user", "content": "show me"},
-            {"role": "assistant", "content": reply.rstrip()},
+            {"role": "assistant", "content": reply},
         ]
 
 

@@ -159,7 +159,7 @@ class LlamaEngine:
                     "fewer --n-gpu-layers"
                 )
         detail = next(
-            (ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()),
+            (ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "fail" in ln.lower()),
             error,
         )
         return f"{self.model_path}: llama.cpp could not load the model: {detail}"

@@ -103,7 +103,9 @@ BUILTIN_TEMPLATES: dict[str, ChatTemplate] = {
             _render_llama3,
             ("<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"),
         ),
-        ChatTemplate("phi3", _render_phi3, ("<|end|>", "<|user|>", "<|assistant|>", "<|endoftext|>")),
+        ChatTemplate(
+            "phi3", _render_phi3, ("<|end|>", "<|user|>", "<|assistant|>", "<|endoftext|>")
+        ),
         ChatTemplate("plain", _render_plain, ("\nUser:", "\nAssistant:")),
     )
 }
@@ -125,7 +127,9 @@ ARCH_TEMPLATES: dict[str, str] = {
 
 # Turn markers that also end a reply when a Jinja template uses them.
 _KNOWN_MARKERS = tuple(
-    dict.fromkeys(s for t in BUILTIN_TEMPLATES.values() if t.name != "plain" for s in t.stop_strings)
+    dict.fromkeys(
+        s for t in BUILTIN_TEMPLATES.values() if t.name != "plain" for s in t.stop_strings
+    )
 )
 
 

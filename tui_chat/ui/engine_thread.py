@@ -159,4 +159,6 @@ class EngineThread:
                 self.engine, request.messages, request.params, request.cancel, sink, self._trace
             )
         except Exception as exc:  # keep the app up whatever the engine did
-            return StreamResult("", "error", request.stats or StreamStats(), f"engine error: {exc!r}")
+            return StreamResult(
+                "", "error", request.stats or StreamStats(), f"engine error: {exc!r}"
+            )
