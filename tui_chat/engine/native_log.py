@@ -67,11 +67,17 @@ def install(path: Path) -> Path:
 
         @llama_cpp.llama_log_callback  # type: ignore[misc]
         def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-            line = text.decode("utf-8", errors="replace")
-            with _lock:
-                _recent.append(line)
-                if _file is not None:
-                    _file.write(line)
+            # Never raise here: an exception in a ctypes callback is printed to stderr,
+            # which is what this module exists to prevent (at interpreter exit the
+            # file may already be closed while llama.cpp still logs its teardown).
+            try:
+                line = text.decode("utf-8", errors="replace")
+                with _lock:
+                    _recent.append(line)
+                    if _file is not None and not _file.closed:
+                        _file.write(line)
+            except Exception:
+                pass
 
         _callback = _on_log
         llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))
