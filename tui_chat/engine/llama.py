@@ -171,8 +171,8 @@ class LlamaEngine:
         if n < 0:
             big = (ctypes.c_char * -n)()
             n = self._token_to_piece(self._vocab, token, big, -n, 0, special)
-            return bytes(big[:n])
-        return bytes(buf[:n])
+            return big.raw[:n]
+        return buf.raw[:n]
 
     def _tokenize(self, text: str) -> list[int]:
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))

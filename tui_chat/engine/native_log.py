@@ -39,8 +39,8 @@ class _NoRedirect:
     def __enter__(self) -> _NoRedirect:
         return self
 
-    def __exit__(self, *_exc: object) -> bool:
-        return False
+    def __exit__(self, *_exc: object) -> None:
+        return None
 
 
 def install(path: Path) -> Path:
@@ -65,7 +65,7 @@ def install(path: Path) -> Path:
         _file = open(path, "a", encoding="utf-8", errors="replace", buffering=1)
         _path = path
 
-        @llama_cpp.llama_log_callback  # type: ignore[misc]
+        @llama_cpp.llama_log_callback
         def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             # Never raise here: an exception in a ctypes callback is printed to stderr,
             # which is what this module exists to prevent (at interpreter exit the
@@ -81,8 +81,8 @@ def install(path: Path) -> Path:
 
         _callback = _on_log
         llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))
-        llama_cpp.llama.suppress_stdout_stderr = _NoRedirect  # type: ignore[attr-defined,misc]
-        llama_cpp._internals.suppress_stdout_stderr = _NoRedirect  # type: ignore[attr-defined,misc]
+        llama_cpp.llama.suppress_stdout_stderr = _NoRedirect  # type: ignore[assignment,misc]
+        llama_cpp._internals.suppress_stdout_stderr = _NoRedirect  # type: ignore[assignment,misc]
     return path
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from textual.app import App
 
@@ -66,7 +67,7 @@ class ReplyRequest:
 class _BufferSink:
     """Engine-thread side of the token path: append, and wake the UI once per reply."""
 
-    def __init__(self, app: App[object], request: ReplyRequest, trace: TraceFn | None) -> None:
+    def __init__(self, app: App[Any], request: ReplyRequest, trace: TraceFn | None) -> None:
         self._app = app
         self._request = request
         self._trace = trace
@@ -96,7 +97,7 @@ class EngineThread:
         trace: optional timeline recorder.
     """
 
-    def __init__(self, app: App[object], engine: Engine, trace: TraceFn | None = None) -> None:
+    def __init__(self, app: App[Any], engine: Engine, trace: TraceFn | None = None) -> None:
         self._app = app
         self.engine = engine
         self._trace = trace
