@@ -23,6 +23,8 @@ class Config:
         sampling: sampling settings.
         render_interval_ms: paint timer period in milliseconds (60-100 recommended).
         trace: JSON-lines timeline file (``--trace``), or None.
+        history: save conversations to the history database.
+        resume: reopen the newest saved conversation (``--resume``).
     """
 
     model: Path | None = None
@@ -35,3 +37,5 @@ class Config:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     render_interval_ms: int = 80
     trace: Path | None = None
+    history: bool = True
+    resume: bool = False

@@ -14,6 +14,11 @@ def state_dir() -> Path:
     return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
 
 
+def history_path() -> Path:
+    """The SQLite file that holds saved conversations."""
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "history.db"
+
+
 def native_log_path() -> Path:
     """The file llama.cpp's native log lines are written to."""
     return state_dir() / "llama.log"
