@@ -6,6 +6,7 @@ Covers replay cases C01-C04 (UTF-8 on screen), C06, C09, C10 (cancel), C14-C17
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -169,7 +170,7 @@ async def test_message_typed_while_loading_is_sent_when_loaded() -> None:
 
 
 async def test_status_bar_shows_model_state_ttft_speed_and_context() -> None:
-    engine = FakeEngine([paced([*(["tok "] * 40), EOG], 200)], name="tiny-model", n_ctx=2048)
+    engine = FakeEngine([paced([*(["tok "] * 400), EOG], 200)], name="tiny-model", n_ctx=2048)
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
@@ -315,6 +316,31 @@ async def test_c10_partial_reply_kept_everywhere_after_interrupt() -> None:
         }
         assert engine.calls[1][1]["content"] == "Lorem ipsum dolor"
         assert engine.calls[1][2] == {"role": "user", "content": "continue"}
+
+
+async def test_c08_cancel_during_prefill_no_tokens_after_and_next_prompt_answers() -> None:
+    long_prompt = "word " * 6000
+    engine = FakeEngine(
+        [paced(["never shown", EOG], 0), paced(["second answer", EOG], 0)],
+        prefill_s=5.0,
+        batch_s=0.05,
+    )
+    app = make_app(fake_config(), engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        app.query_one("#prompt", Input).value = long_prompt
+        await pilot.press("enter")
+        await wait_for(lambda: len(engine.calls) == 1)
+        await asyncio.sleep(0.5)  # the case: Esc 0.5 s into the prefill
+        await pilot.press("escape")
+        await finished(app, 1)
+        assert app.conversation[1] == {"role": "assistant", "content": "", "interrupted": True}
+        assert engine.n_yielded == 0
+        engine.prefill_s = 0.0
+        await send(pilot, "short")
+        await finished(app, 2)
+        assert app.conversation[-1]["content"] == "second answer"
+        assert "never shown" not in screen_text(app)
 
 
 async def test_esc_when_idle_does_nothing_and_next_turn_works() -> None:

@@ -7,15 +7,21 @@ terminal); 130 interrupted by Ctrl+C in headless mode.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui_chat.config import Config
 from tui_chat.engine.base import CancelToken, ChatMessage, Engine, EngineError, SamplingParams
-from tui_chat.paths import default_model_path, native_log_path
+from tui_chat.engine.stream import TraceFn
+from tui_chat.paths import default_model_path, history_path, native_log_path
+
+if TYPE_CHECKING:
+    from tui_chat.ui.app import ChatApp
 
 
 class UsageError(Exception):
@@ -27,24 +33,37 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+# The type functions turn every bad value into ArgumentTypeError: for a ValueError,
+# argparse would name the function ("invalid _positive_int value: 'abc'").
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
     return value
 
 
 def _unit_float(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # False for NaN too
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
     return value
 
 
@@ -83,10 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-p", type=_unit_float, default=defaults.min_p)
     p.add_argument("--repeat-penalty", type=_non_negative_float, default=defaults.repeat_penalty)
     p.add_argument("--seed", type=int, default=defaults.seed, help="-1 = random")
+    p.add_argument("--resume", action="store_true", help="reopen the newest saved "
+                   "conversation")
+    p.add_argument("--no-history", action="store_true", help="do not save this chat (saved "
+                   f"chats live in {history_path()})")
     p.add_argument("--render-interval-ms", type=_positive_int, default=80, help="paint the "
                    "streaming reply every N ms (default 80)")
     p.add_argument("--trace", type=Path, default=None, help="write a JSON-lines timeline of "
-                   "every token to FILE")
+                   "every token to FILE (summarise it with: tui-chat trace-report FILE)")
+    p.add_argument("--replay", type=Path, default=None, metavar="FILE", help="play a --trace "
+                   "file back through the app instead of a model: reply N of the trace "
+                   "answers message N")
+    p.add_argument("--replay-speed", type=_non_negative_float, default=1.0, metavar="X",
+                   help="replay time scale: 2 = twice as fast, 0 = no waiting (default 1)")
     return p
 
 
@@ -113,6 +141,8 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
         sampling=sampling,
         render_interval_ms=args.render_interval_ms,
         trace=args.trace,
+        history=not args.no_history,
+        resume=args.resume,
     )
     return config, args.prompt
 
@@ -121,10 +151,11 @@ def make_engine(config: Config) -> Engine:
     """The llama.cpp engine for ``config`` (checks the model file first).
 
     Raises:
-        EngineError: the model file is missing or not a usable GGUF.
+        EngineError: the model file is missing, not a usable GGUF, or its weights
+            are larger than this machine's memory (CPU inference).
     """
     from tui_chat.engine.llama import LlamaEngine
-    from tui_chat.engine.modelfile import check_model_file
+    from tui_chat.engine.modelfile import check_fits_in_memory, check_model_file
 
     path = config.model or default_model_path()
     if config.model is None and not path.exists():
@@ -132,7 +163,9 @@ def make_engine(config: Config) -> Engine:
             f"the default model is not in {path.parent}/: run 'make run' (or 'make model') "
             "to place it, or pass --model PATH"
         )
-    check_model_file(path)
+    header = check_model_file(path)
+    if config.n_gpu_layers == 0:  # offloaded weights live in GPU memory instead
+        check_fits_in_memory(header)
     return LlamaEngine(
         path,
         n_ctx=config.n_ctx,
@@ -151,8 +184,13 @@ def _say(text: str) -> None:
         pass
 
 
-def run_headless(config: Config, engine: Engine, prompt: str) -> int:
-    """Stream one reply to stdout as plain, sanitized text. Returns the exit status."""
+def run_headless(
+    config: Config, engine: Engine, prompt: str, trace: TraceFn | None = None
+) -> int:
+    """Stream one reply to stdout as plain, sanitized text. Returns the exit status.
+
+    ``trace`` records the timeline (``--trace``).
+    """
     from tui_chat.engine.stream import run_stream
     from tui_chat.sanitize import sanitize
 
@@ -176,7 +214,7 @@ def run_headless(config: Config, engine: Engine, prompt: str) -> int:
     cancel = CancelToken()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
-        result = run_stream(engine, messages, config.sampling, cancel, _StdoutSink())
+        result = run_stream(engine, messages, config.sampling, cancel, _StdoutSink(), trace)
     finally:
         signal.signal(signal.SIGINT, previous)
     sys.stdout.write("\n")
@@ -188,17 +226,59 @@ def run_headless(config: Config, engine: Engine, prompt: str) -> int:
     return 130 if result.reason == "cancelled" else 0
 
 
-def run_tui(config: Config, engine: Engine) -> int:
+def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int:
     """Run the Textual app; returns its exit status (2 if the model failed to load)."""
+    from tui_chat.store import HistoryError, Store
     from tui_chat.ui.app import make_app
 
-    app = make_app(config, engine)
+    store = None
+    if config.history:
+        try:
+            store = Store(history_path())
+        except HistoryError as exc:
+            _say(str(exc))
+            return 2
+    try:
+        return run_app(make_app(config, engine, trace, store))
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _draw_on_stdout_when_stderr_is_not_a_terminal() -> None:
+    """Give Textual the terminal on stdout when stderr is closed or redirected.
+
+    Textual draws on ``sys.__stderr__`` (``textual/drivers/linux_driver.py``). With
+    stderr closed (``2>&-``, replay case C12) the app drew nothing and ignored every
+    key; with ``2>log`` the whole UI went into the file. main() only starts the TUI
+    when stdout is a terminal, so draw there; fd 2 stays as the user set it.
+    """
+    err = sys.__stderr__
+    try:
+        if err is not None and err.isatty():
+            return
+    except ValueError:  # a closed stream
+        pass
+    if not sys.stdout.isatty():
+        return
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", errors="replace")
+    setattr(sys, "__stderr__", out)  # noqa: B010 (typeshed marks __stderr__ Final)
+
+
+def run_app(app: ChatApp) -> int:
+    """Run a built app to its end and leave within 1 s of a quit (replay case C07).
+
+    Returns the exit status: the app's, or 2 if the model failed to load. When the
+    engine thread is still inside a native call after the terminal is restored, the
+    process ends with ``os._exit`` instead of returning.
+    """
+    _draw_on_stdout_when_stderr_is_not_a_terminal()
     app.run()
     code = app.return_code or 0
     if app.load_error:
         _say(app.load_error)
         code = 2
-    if not app.engine_thread.join(timeout_s=0.5):
+    if not app.engine_thread.join(timeout_s=0.25):
         # The engine is inside a native call (a long prefill or decode step); the
         # terminal is already restored, so leave now rather than wait for it (C07).
         try:
@@ -210,8 +290,14 @@ def run_tui(config: Config, engine: Engine) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tui-chat`` command. Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "trace-report":
+        from tui_chat.trace import trace_report_main
+
+        return trace_report_main(argv[1:])
     try:
-        config, prompt = parse_config(sys.argv[1:] if argv is None else argv)
+        config, prompt = parse_config(argv)
+        replay_path, replay_speed = _replay_options(argv)
     except UsageError as exc:
         _say(f"{exc} (see tui-chat --help)")
         return 2
@@ -220,14 +306,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not prompt:
             _say("no prompt on stdin")
             return 2
+    if replay_path is not None:
+        config.history = False  # a replay reproduces a session; it is not a new chat
     try:
-        engine = make_engine(config)
+        if replay_path is None:
+            engine = make_engine(config)
+        else:
+            engine = _replay_engine(replay_path, replay_speed)
     except EngineError as exc:
         _say(str(exc))
         return 2
-    if prompt is not None:
-        return run_headless(config, engine, prompt)
-    if not sys.stdout.isatty():
+    if prompt is None and not sys.stdout.isatty():
         _say("stdout is not a terminal; use -p PROMPT for plain-text output")
         return 2
-    return run_tui(config, engine)
+    tracer = None
+    if config.trace is not None:
+        from tui_chat.trace import Tracer
+
+        try:
+            tracer = Tracer(config.trace)
+        except OSError as exc:
+            _say(f"cannot write the trace file: {exc}")
+            return 2
+    try:
+        if prompt is not None:
+            return run_headless(config, engine, prompt, tracer)
+        return run_tui(config, engine, tracer)
+    finally:
+        if tracer is not None:
+            tracer.close()
+
+
+def _replay_options(argv: Sequence[str]) -> tuple[Path | None, float]:
+    """``--replay`` and ``--replay-speed`` (kept out of :class:`Config`: they choose the
+    engine, they are not settings of a run)."""
+    args = build_parser().parse_args(list(argv))
+    return args.replay, args.replay_speed
+
+
+def _replay_engine(path: Path, speed: float) -> Engine:
+    """A :class:`~tui_chat.engine.replay.ReplayEngine`; bad files become EngineError."""
+    from tui_chat.engine.replay import ReplayEngine
+    from tui_chat.trace import TraceFormatError
+
+    try:
+        return ReplayEngine.from_file(path, speed=speed)
+    except (OSError, TraceFormatError) as exc:
+        raise EngineError(f"cannot replay {path}: {exc}") from exc

@@ -8,10 +8,11 @@ the UI's sink appends to a :class:`TokenBuffer` that a paint timer drains.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from tui_chat.engine.base import (
@@ -29,6 +30,31 @@ FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 TraceFn = Callable[..., None]
 """``trace(event, **fields)``: records one timeline event (see the README's trace format)."""
+
+STALL_FACTOR = 3.0
+"""A decode step longer than this many times the running median is a stall (issue 3:
+the sign of weights being swapped out of memory or GPU offload thrashing)."""
+STALL_MIN_STEPS = 8
+"""Steps needed before the running median is trusted."""
+STALL_MIN_EXCESS_MS = 25.0
+"""A stall must also exceed the median by this much: at thousands of tokens/s the
+median step is under 1 ms and ordinary scheduler jitter is already 3x it, yet no user
+can see a 25 ms hiccup (one frame at 40 fps)."""
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One decode step that took far longer than the steps before it.
+
+    Attributes:
+        index: the reply token (1-based) the step produced.
+        step_ms: the step's duration in milliseconds.
+        median_ms: the running median of the earlier steps in milliseconds.
+    """
+
+    index: int
+    step_ms: float
+    median_ms: float
 
 
 @dataclass
@@ -55,6 +81,33 @@ class StreamStats:
     prefill_ms: float = 0.0
     trimmed_messages: int = 0
     step_ms: list[float] = field(default_factory=list)
+    stalls: list[Stall] = field(default_factory=list)
+    _sorted_steps: list[float] = field(default_factory=list, init=False, repr=False)
+
+    def add_step(self, step_ms: float) -> Stall | None:
+        """Record the decode step of reply token ``n_tokens``; return it if it stalled.
+
+        A stall is a step longer than :data:`STALL_FACTOR` x the median of the steps
+        before it (and :data:`STALL_MIN_EXCESS_MS` over it), once there are
+        :data:`STALL_MIN_STEPS` of them. O(n) per step (a sorted insert), fine for the
+        tens of thousands of steps a reply can have.
+        """
+        stall = None
+        prior = self._sorted_steps
+        if len(prior) >= STALL_MIN_STEPS:
+            mid = len(prior) // 2
+            median = prior[mid] if len(prior) % 2 else (prior[mid - 1] + prior[mid]) / 2
+            if step_ms > STALL_FACTOR * median and step_ms - median >= STALL_MIN_EXCESS_MS:
+                stall = Stall(self.n_tokens, step_ms, median)
+                self.stalls.append(stall)
+        bisect.insort(prior, step_ms)
+        self.step_ms.append(step_ms)
+        return stall
+
+    @property
+    def last_stall(self) -> Stall | None:
+        """The latest stall of this reply, or None."""
+        return self.stalls[-1] if self.stalls else None
 
     @property
     def ttft_ms(self) -> float | None:
@@ -84,7 +137,8 @@ class StreamResult:
     """How a reply ended.
 
     Attributes:
-        text: the reply as shown (stop strings removed, trailing whitespace stripped).
+        text: the reply as shown: stop strings removed, and trailing whitespace
+            before a stop string stripped.
         reason: ``stop`` (end of turn or stop string), ``length`` (max tokens or
             context full), ``cancelled`` or ``error``.
         stats: timing.
@@ -169,7 +223,15 @@ def run_stream(
     reason: FinishReason = "length"
     error: str | None = None
     tr: Any = trace or (lambda *a, **k: None)
-    tr("request", n_messages=len(messages))
+    info = getattr(engine, "info", None)
+    tr(
+        "request",
+        n_messages=len(messages),
+        model=info.name if info else None,
+        n_ctx=info.n_ctx if info else None,
+        stop_strings=list(engine.stop_strings),
+        sampling=asdict(params),
+    )
     events = engine.generate(messages, params, cancel)
     try:
         for event in events:
@@ -193,11 +255,18 @@ def run_stream(
                 reason = "stop"
                 break
             stats.n_tokens += 1
-            stats.step_ms.append(event.step_ms)
+            stall = stats.add_step(event.step_ms)
             if stats.first_token_at is None:
                 stats.first_token_at = now
             stats.last_token_at = now
             tr("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3))
+            if stall is not None:
+                tr(
+                    "stall",
+                    index=stall.index,
+                    step_ms=round(stall.step_ms, 3),
+                    median_ms=round(stall.median_ms, 3),
+                )
             text = decoder.feed(event.data)
             if text:
                 sink.on_text(text, stats)
@@ -222,8 +291,17 @@ def run_stream(
         sink.on_text(tail, stats)
     if cancel.is_set():
         tr("cancel_honoured", requested_at_offset_ms=_offset_ms(cancel.requested_at, stats))
-    tr("end", reason=reason)
-    return StreamResult(decoder.text.rstrip(), reason, stats, error)
+    if error is None:
+        tr("end", reason=reason)
+    else:
+        tr("end", reason=reason, error=error)
+    text = decoder.text
+    if decoder.stopped:
+        # Whitespace before a turn marker is template glue, not reply (case C14). Other
+        # endings keep the text exactly as generated, so that the next prompt starts
+        # with the same tokens that are in the KV cache (case C20).
+        text = text.rstrip()
+    return StreamResult(text, reason, stats, error)
 
 
 def _offset_ms(at: float | None, stats: StreamStats) -> float | None:

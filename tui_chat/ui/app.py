@@ -8,6 +8,8 @@ loop never runs model code and the engine thread never waits for a paint.
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +25,7 @@ from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine, ModelInfo
 from tui_chat.engine.stream import StreamResult, StreamStats, TraceFn
 from tui_chat.sanitize import sanitize
+from tui_chat.store import Store
 from tui_chat.ui.engine_thread import EngineThread, ReplyRequest
 from tui_chat.ui.messages import (
     EngineLoaded,
@@ -44,20 +47,44 @@ class UserTurn(Static):
         super().__init__(sanitize(text), markup=False, classes="turn user")
 
 
-class AssistantTurn(Vertical):
-    """One reply: a live Markdown while it streams, one static render when it ends."""
+def _final_render(text: str) -> Static:
+    """The full render of a finished reply: one widget, no clickable links."""
+    return Static(
+        RichMarkdown(sanitize(text), hyperlinks=False, code_theme="monokai"), classes="final"
+    )
 
-    def __init__(self) -> None:
+
+def _note_for(message: ChatMessage) -> str | None:
+    return "⏹ interrupted" if message.get("interrupted") else None
+
+
+class AssistantTurn(Vertical):
+    """One reply: a live Markdown while it streams, one static render when it ends.
+
+    Args:
+        final_text: build an already finished turn (a reloaded conversation).
+        note: a line under a finished turn ("interrupted").
+    """
+
+    def __init__(self, final_text: str | None = None, note: str | None = None) -> None:
         super().__init__(classes="turn assistant")
         self.markdown = Markdown(open_links=False, classes="live")
         self.stream: MarkdownStream | None = None
         self.paints = 0
+        self.final_text = final_text
+        self._note = note
 
     def compose(self) -> ComposeResult:
-        yield self.markdown
+        if self.final_text is None:
+            yield self.markdown
+            return
+        yield _final_render(self.final_text)
+        if self._note:
+            yield Static(self._note, markup=False, classes="note")
 
     def on_mount(self) -> None:
-        self.stream = Markdown.get_stream(self.markdown)
+        if self.final_text is None:
+            self.stream = Markdown.get_stream(self.markdown)
 
     async def paint(self, text: str) -> None:
         """Append sanitized ``text`` to the live Markdown."""
@@ -70,10 +97,7 @@ class AssistantTurn(Vertical):
         if self.stream is not None:
             await self.stream.stop()
             self.stream = None
-        final = Static(
-            RichMarkdown(sanitize(final_text), hyperlinks=False, code_theme="monokai"),
-            classes="final",
-        )
+        final = _final_render(final_text)
         with self.app.batch_update():
             await self.markdown.remove()
             await self.mount(final)
@@ -94,14 +118,26 @@ class ChatApp(App[int]):
         Binding("ctrl+l", "clear", "New chat"),
     ]
 
-    def __init__(self, config: Config, engine: Engine, trace: TraceFn | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        trace: TraceFn | None = None,
+        store: Store | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.engine = engine
         self._trace = trace
         self.engine_thread = EngineThread(self, engine, trace)
+        self.store = store
+        self.conversation_id: int | None = None
         self.conversation: list[ChatMessage] = []
-        if config.system_prompt:
+        if store is not None and config.resume:
+            self.conversation_id = store.latest_conversation()
+            if self.conversation_id is not None:
+                self.conversation = store.messages(self.conversation_id)
+        if config.system_prompt and not self.conversation:
             self.conversation.append({"role": "system", "content": config.system_prompt})
         self.model_info: ModelInfo | None = None
         self.state = "loading"
@@ -122,7 +158,22 @@ class ChatApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#conversation", VerticalScroll).anchor()
+        if self.console.color_system in ("standard", "windows") and not os.environ.get(
+            "TEXTUAL_THEME"
+        ):
+            # 16 colours (TERM=xterm): Textual's downgrade of the default theme drew the
+            # footer's key labels bright red on bright black, equally light in xterm's
+            # palette (contrast 1.0, unreadable). Textual's ANSI theme is made for this.
+            self.theme = "ansi-dark"
+        view = self.query_one("#conversation", VerticalScroll)
+        shown = [m for m in self.conversation if m["role"] != "system"]
+        view.mount_all(
+            UserTurn(m["content"])
+            if m["role"] == "user"
+            else AssistantTurn(m["content"], _note_for(m))
+            for m in shown[-MAX_MOUNTED_TURNS:]
+        )
+        view.anchor()
         self.query_one("#prompt", Input).focus()
         self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
         self._update_status()
@@ -173,13 +224,14 @@ class ChatApp(App[int]):
             reply: ChatMessage = {"role": "assistant", "content": result.text}
             if result.reason == "cancelled":
                 reply["interrupted"] = True
-            self.conversation.append(reply)
+            self._append(reply)
         else:
             # Nothing was produced: drop the unanswered user message from the
             # context so the next turn is not two user messages in a row.
             self.conversation.pop()
         self._current = None
         self._current_turn = None
+        self.refresh_bindings()
         self.state = "interrupted" if result.reason == "cancelled" else "ready"
         if result.reason == "error":
             self.notify(result.error or "error", severity="error", markup=False)
@@ -200,7 +252,7 @@ class ChatApp(App[int]):
         if self._current is not None or not self._queued or self.model_info is None:
             return
         text = self._queued.pop(0)
-        self.conversation.append({"role": "user", "content": text})
+        self._append({"role": "user", "content": text})
         self._next_reply_id += 1
         request = ReplyRequest(
             reply_id=self._next_reply_id,
@@ -213,7 +265,24 @@ class ChatApp(App[int]):
         self.call_later(self._mount_turn, turn)
         self.state = "generating"
         self._update_status()
+        self.refresh_bindings()
         self.engine_thread.submit(request)
+
+    def _append(self, message: ChatMessage) -> None:
+        """Add a message to the conversation and to the saved history."""
+        self.conversation.append(message)
+        if self.store is None:
+            return
+        try:
+            if self.conversation_id is None:
+                model = self.model_info.name if self.model_info else ""
+                self.conversation_id = self.store.new_conversation(model)
+                for earlier in self.conversation[:-1]:
+                    self.store.add_message(self.conversation_id, earlier)
+            self.store.add_message(self.conversation_id, message)
+        except sqlite3.Error as exc:
+            self.store = None
+            self.notify(f"History not saved from now on: {exc}", severity="error", markup=False)
 
     async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
         view = self.query_one("#conversation", VerticalScroll)
@@ -239,7 +308,9 @@ class ChatApp(App[int]):
     def _update_status(self) -> None:
         info = self.model_info
         name = info.name if info else Path(str(self.config.model or "default model")).name
-        parts = [name, self.state]
+        # The state and the numbers first, the model name last: at 80 columns a long
+        # file name is what gets cut.
+        parts = [self.state]
         stats = self._current.stats if self._current and self._current.stats else self.last_stats
         if stats is not None:
             if stats.ttft_ms is not None:
@@ -252,20 +323,34 @@ class ChatApp(App[int]):
                 parts.append(f"ctx {stats.n_prompt_tokens + stats.n_tokens}/{info.n_ctx}")
         elif info is not None:
             parts.append(f"ctx 0/{info.n_ctx}")
-        self.query_one("#status", Static).update(" │ ".join(parts))
+        stall = stats.last_stall if stats is not None else None
+        if stall is not None:
+            # Issue 3: a step > 3x the running median means weights are being swapped
+            # out or GPU offload thrashes; say so where the user looks.
+            parts.append(f"⚠ stall: step {stall.step_ms:.0f} ms, median {stall.median_ms:.0f} ms")
+        parts.append(name)
+        status = self.query_one("#status", Static)
+        status.update(" │ ".join(parts))
+        status.set_class(stall is not None, "-stall")
 
     # ---------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc and Ctrl+C stop a reply only while one streams; otherwise the key goes on
+        to the focused widget (Esc closes the command palette, Ctrl+C copies)."""
+        if action in ("stop_reply", "interrupt"):
+            return self._current is not None
+        return True
+
     def action_stop_reply(self) -> None:
         """Esc: stop the reply that is streaming (no-op when idle)."""
         if self._current is not None:
+            if self._trace is not None and not self._current.cancel.is_set():
+                self._trace("cancel_requested", reply_id=self._current.reply_id)
             self._current.cancel.set()
 
     def action_interrupt(self) -> None:
-        """Ctrl+C: stop the reply while one streams; otherwise say how to quit."""
-        if self._current is not None:
-            self.action_stop_reply()
-        else:
-            self.notify("Press Ctrl+Q to quit.", markup=False)
+        """Ctrl+C while a reply streams: stop it (the app stays open, case C09)."""
+        self.action_stop_reply()
 
     async def action_quit(self) -> None:
         """Ctrl+Q: stop any reply and leave; the CLI makes sure we exit within 1 s."""
@@ -277,11 +362,18 @@ class ChatApp(App[int]):
         if self._current is not None:
             return
         self.conversation = [m for m in self.conversation if m["role"] == "system"]
+        self.conversation_id = None
         await self.query_one("#conversation", VerticalScroll).remove_children()
         self.last_stats = None
         self._update_status()
 
 
-def make_app(config: Config, engine: Engine, trace: TraceFn | None = None) -> ChatApp:
-    """The one way to build the app (CLI, tests and benchmark)."""
-    return ChatApp(config, engine, trace)
+def make_app(
+    config: Config, engine: Engine, trace: TraceFn | None = None, store: Store | None = None
+) -> ChatApp:
+    """The one way to build the app (CLI, tests and benchmark).
+
+    ``store`` saves the chat (and, with ``config.resume``, reloads the newest one); None
+    keeps it in memory only.
+    """
+    return ChatApp(config, engine, trace, store)

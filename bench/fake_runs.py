@@ -1,0 +1,314 @@
+"""Benchmark scenarios with the scripted fake engine (no model): the UI side alone.
+
+Every run builds the real app with :func:`tui_chat.ui.app.make_app` and drives it
+headless (``run_test``, 100x30) with frame encoding put back (see :mod:`bench.probe`).
+Times are perf_counter seconds inside, milliseconds in the results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from bench.content import markdown_pieces
+from bench.probe import (
+    LagProbe,
+    Recorder,
+    Typist,
+    instrumented,
+    median,
+    p,
+    rss_bytes,
+    wait_until,
+)
+from tui_chat.config import Config
+from tui_chat.engine.base import PrefillDone, SamplingParams, TokenPiece
+from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.engine.stream import StreamResult
+from tui_chat.trace import Tracer
+from tui_chat.ui.app import ChatApp, make_app
+
+SIZE = (100, 30)
+FAST_TOKENS_PER_S = 2000.0
+
+
+def build_app(engine: FakeEngine, render_interval_ms: int, trace: Tracer | None = None) -> ChatApp:
+    """The product app with the fake engine (no token limit: the script decides)."""
+    config = Config(
+        sampling=SamplingParams(max_tokens=10_000_000), render_interval_ms=render_interval_ms
+    )
+    return make_app(config, engine, trace)
+
+
+async def send(app: ChatApp, pilot: Pilot[Any], text: str) -> StreamResult | None:
+    """Type ``text`` into the prompt at once and press Enter; returns the previous result
+    (pass it to :func:`finished`)."""
+    previous = app.last_result
+    app.query_one("#prompt", Input).value = text
+    await pilot.press("enter")
+    return previous
+
+
+async def finished(app: ChatApp, previous: StreamResult | None, timeout_s: float) -> StreamResult:
+    """Wait until the reply after ``previous`` has ended and been drawn as final."""
+    await wait_until(
+        lambda: app.last_result is not previous and app._current is None,
+        timeout_s,
+        "the reply to end",
+    )
+    assert app.last_result is not None
+    return app.last_result
+
+
+def staleness_ms(tracer: Tracer, rec: Recorder) -> list[float]:
+    """Per text piece: time from leaving the engine (``posted``) to the first frame that
+    shows it.
+
+    The app's own trace says which paint carried each piece (cumulative characters of
+    ``posted`` and ``painted``); :meth:`Recorder.shown_at` says when that paint reached
+    the screen.
+    """
+    assert tracer.events is not None
+    paints: list[tuple[int, float]] = []  # (cumulative chars painted, perf_counter)
+    total = 0
+    for e in tracer.events:
+        if e["event"] == "painted":
+            total += int(e["chars"])
+            paints.append((total, e["t"] + tracer.t0))
+    cums = [c for c, _ in paints]
+    out = []
+    total = 0
+    for e in tracer.events:
+        if e["event"] != "posted":
+            continue
+        total += int(e["chars"])
+        i = bisect.bisect_left(cums, total)
+        if i >= len(paints):
+            continue
+        shown = rec.shown_at(paints[i][1])
+        if shown is not None:
+            out.append((shown - (e["t"] + tracer.t0)) * 1000)
+    return out
+
+
+async def fast_run(n_tokens: int, render_interval_ms: int) -> dict[str, float]:
+    """One Markdown-heavy reply at 2000 tokens/s: loop lag, paints/s, staleness."""
+    pieces = markdown_pieces(n_tokens)
+    engine = FakeEngine([paced([*pieces, EOG], FAST_TOKENS_PER_S)])
+    tracer = Tracer(keep=True)
+    with instrumented() as rec:
+        app = build_app(engine, render_interval_ms, tracer)
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            await pilot.pause()
+            rec.reset()
+            probe = LagProbe()
+            probe.start()
+            paints_before = app.paint_count
+            previous = await send(app, pilot, "go")
+            result = await finished(app, previous, 120)
+            await asyncio.sleep(0.2)  # the final render's frame belongs to the reply
+            lags = await probe.stop()
+            n_paints = app.paint_count - paints_before
+            if result.text != "".join(pieces):
+                raise RuntimeError("bench: the fast reply lost text")
+    assert tracer.events is not None
+    paint_t = [e["t"] for e in tracer.events if e["event"] == "painted"]
+    span = paint_t[-1] - paint_t[0] if len(paint_t) > 1 else float("nan")
+    stale = staleness_ms(tracer, rec)
+    return {
+        "lag_p99_ms": p(lags, 99),
+        "lag_max_ms": max(lags),
+        "paints_per_s": (n_paints - 1) / span,
+        "staleness_p99_ms": p(stale, 99),
+        "tokens_per_s": result.stats.decode_tokens_per_s or float("nan"),
+    }
+
+
+async def keystroke_run(render_interval_ms: int, repeats: int) -> dict[str, float]:
+    """Case C05: type while a 2000-token reply streams at 100 tokens/s.
+
+    The phrase is typed ``repeats`` times at 20 characters/s with 1.5 s pauses, so the
+    keystrokes spread over the whole reply (a short reply and a long one); latency is
+    from the key press (delivered as the terminal driver does) to the first frame
+    whose prompt holds the character.
+    """
+    phrase = "the quick brown fox"
+    text = " ".join([phrase] * repeats)
+    pieces = markdown_pieces(2000, seed=5)
+    engine = FakeEngine([paced([*pieces, EOG], 100)])
+    with instrumented() as rec:
+        app = build_app(engine, render_interval_ms)
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            previous = await send(app, pilot, "go")
+            prompt = app.query_one("#prompt", Input)
+            await wait_until(lambda: app.paint_count > 0, 10, "the first paint")
+            rec.watch = lambda: len(prompt.value)
+            typist = Typist(
+                app, text, 20.0, start_delay_s=0.3, pause_every=len(phrase) + 1, pause_s=1.5
+            )
+            typist.start()
+            result = await finished(app, previous, 120)
+            await asyncio.to_thread(typist.join, 60)
+            await wait_until(lambda: len(prompt.value) == len(text), 10, "the typed text")
+            await pilot.pause()
+            exact = prompt.value == text and result.text == "".join(pieces)
+            watched = list(rec.watched)
+    latencies = []
+    lens = [v for _, v in watched]
+    for i, pressed in enumerate(typist.pressed):
+        j = bisect.bisect_left(lens, i + 1)
+        if j < len(watched):
+            latencies.append((watched[j][0] - pressed) * 1000)
+    return {
+        "keystroke_latency_p95_ms": p(latencies, 95),
+        "keystroke_latency_max_ms": max(latencies) if latencies else float("nan"),
+        "c05_exact": 1.0 if exact and len(latencies) == len(text) else 0.0,
+    }
+
+
+class PhasedEngine(FakeEngine):
+    """A fake engine whose reply has slow measurement phases between fast stretches.
+
+    Each phase is ``(n_tokens, tokens_per_s, gate)``: before a phase with a gate the
+    engine waits for the gate (the bench sets it once the UI has caught up), so a
+    measurement phase always starts with an idle loop.
+    """
+
+    def __init__(
+        self, pieces: list[str], phases: list[tuple[int, float, threading.Event | None]]
+    ) -> None:
+        super().__init__()
+        self.pieces = pieces
+        self.phases = phases
+
+    def _play(self, messages: Any, params: Any, cancel: Any) -> Iterator[Any]:
+        yield PrefillDone(n_prompt_tokens=1, n_evaluated=1, prefill_ms=0.0)
+        i = 0
+        prev = time.perf_counter()
+        for n_tokens, rate, gate in self.phases:
+            if gate is not None:
+                gate.wait(120)
+            start = time.perf_counter()
+            for k in range(n_tokens):
+                delay = start + k / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                if cancel.is_set():
+                    return
+                now = time.perf_counter()
+                yield TokenPiece(self.pieces[i].encode(), step_ms=(now - prev) * 1000)
+                prev = now
+                i += 1
+        yield TokenPiece(b"", eog=True)
+
+
+async def long_reply_run(render_interval_ms: int) -> dict[str, float]:
+    """Mean paint cost at 20k tokens into a reply / at 1k tokens.
+
+    The reply streams at 2000 tokens/s, except two measurement phases at 200 tokens/s
+    (about 16 tokens a paint while the loop keeps up) from token 800 and token 20k
+    (2 s and 4 s: paints are slower there), each started once the UI has painted
+    everything before it. A paint's cost is the wall time of the ``Markdown.append``
+    that adds its text plus the next screen update (layout, compositor, encoding):
+    what the event loop spends on it.
+    """
+    n_measure = 400
+    pieces = markdown_pieces(20_000 + 2 * n_measure, seed=11)
+    gates = {"1k": threading.Event(), "20k": threading.Event()}
+    phases: list[tuple[int, float, threading.Event | None]] = [
+        (800, FAST_TOKENS_PER_S, None),
+        (n_measure, 200.0, gates["1k"]),
+        (20_000 - 800 - n_measure, FAST_TOKENS_PER_S, None),
+        (2 * n_measure, 200.0, gates["20k"]),
+    ]
+    before = {"1k": 800, "20k": 20_000}
+    seconds = {"1k": n_measure / 200.0, "20k": 2 * n_measure / 200.0}
+    chars_before = {k: sum(len(x) for x in pieces[:n]) for k, n in before.items()}
+    engine = PhasedEngine(pieces, phases)
+    tracer = Tracer(keep=True)
+    opened: dict[str, float] = {}
+    with instrumented() as rec:
+        app = build_app(engine, render_interval_ms, tracer)
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            previous = await send(app, pilot, "go")
+            for name, gate in gates.items():
+
+                def painted(n: int = chars_before[name]) -> bool:
+                    events = tracer.events or []
+                    return sum(e["chars"] for e in events if e["event"] == "painted") >= n
+
+                await wait_until(painted, 300, f"the first {before[name]} tokens painted")
+                await asyncio.sleep(1.0)  # the last appends and frames settle
+                opened[name] = time.perf_counter()
+                gate.set()
+            await finished(app, previous, 300)
+            costs: dict[str, list[float]] = {name: [] for name in gates}
+            for a in rec.appends:
+                for name, t0 in opened.items():
+                    if t0 <= a.called <= t0 + seconds[name]:
+                        frame = rec.frame_cost_after(a.done)
+                        costs[name].append(((a.done - a.called) + frame) * 1000)
+    if len(costs["1k"]) < 3 or len(costs["20k"]) < 3:
+        raise RuntimeError(f"bench: too few paints in a measurement phase: {costs}")
+    at_1k = statistics.fmean(costs["1k"])
+    at_20k = statistics.fmean(costs["20k"])
+    return {"paint_ms_1k": at_1k, "paint_ms_20k": at_20k, "ratio": at_20k / at_1k}
+
+
+async def rss_run(n_turns: int = 200, checkpoint: int = 10) -> dict[str, float]:
+    """RSS after ``n_turns`` short fake turns / after ``checkpoint`` turns."""
+    pieces = markdown_pieces(60, seed=7)
+    engine = FakeEngine([paced([*pieces, EOG], 0)])
+    rss_at: dict[int, int] = {}
+    app = build_app(engine, 80)
+    t0 = time.perf_counter()
+    async with app.run_test(headless=True, size=SIZE) as pilot:
+        await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+        for turn in range(1, n_turns + 1):
+            previous = await send(app, pilot, f"message number {turn}")
+            await finished(app, previous, 30)
+            # The fake engine keeps every conversation it saw, for tests; that is not
+            # the app's memory, so it is dropped here.
+            engine.calls.clear()
+            if turn in (checkpoint, n_turns):
+                await pilot.pause()
+                rss_at[turn] = rss_bytes()
+    return {
+        "rss_10_mb": rss_at[checkpoint] / 2**20,
+        "rss_200_mb": rss_at[n_turns] / 2**20,
+        "rss_growth_ratio": rss_at[n_turns] / rss_at[checkpoint],
+        "rss_run_s": time.perf_counter() - t0,
+    }
+
+
+async def fast_group(runs: int, render_interval_ms: int) -> dict[str, float]:
+    """``fast_loop_lag_p99_ms``, ``paints_per_s``, ``staleness_p99_ms`` (medians)."""
+    results = [await fast_run(4000, render_interval_ms) for _ in range(runs)]
+    return {
+        "fast_loop_lag_p99_ms": median([r["lag_p99_ms"] for r in results]),
+        "fast_loop_lag_max_ms": median([r["lag_max_ms"] for r in results]),
+        "paints_per_s": median([r["paints_per_s"] for r in results]),
+        "staleness_p99_ms": median([r["staleness_p99_ms"] for r in results]),
+        "fast_tokens_per_s": median([r["tokens_per_s"] for r in results]),
+    }
+
+
+async def long_group(runs: int, render_interval_ms: int) -> dict[str, float]:
+    """``long_reply_paint_ratio`` (median of runs)."""
+    results = [await long_reply_run(render_interval_ms) for _ in range(runs)]
+    return {
+        "long_reply_paint_ratio": median([r["ratio"] for r in results]),
+        "paint_ms_at_1k": median([r["paint_ms_1k"] for r in results]),
+        "paint_ms_at_20k": median([r["paint_ms_20k"] for r in results]),
+    }
