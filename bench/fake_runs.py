@@ -73,8 +73,7 @@ def staleness_ms(tracer: Tracer, rec: Recorder) -> list[float]:
     shows it.
 
     The app's own trace says which paint carried each piece (cumulative characters of
-    ``posted`` and ``painted``); :meth:`Recorder.shown_at` says when that paint reached
-    the screen.
+    ``posted`` and ``painted``); the first frame after that paint shows it.
     """
     assert tracer.events is not None
     paints: list[tuple[int, float]] = []  # (cumulative chars painted, perf_counter)
@@ -93,7 +92,8 @@ def staleness_ms(tracer: Tracer, rec: Recorder) -> list[float]:
         i = bisect.bisect_left(cums, total)
         if i >= len(paints):
             continue
-        shown = rec.shown_at(paints[i][1])
+        # "painted" is traced once the paint call has returned: the next frame shows it.
+        shown = rec.first_display_after(paints[i][1])
         if shown is not None:
             out.append((shown - (e["t"] + tracer.t0)) * 1000)
     return out
@@ -218,8 +218,8 @@ async def long_reply_run(render_interval_ms: int) -> dict[str, float]:
     The reply streams at 2000 tokens/s, except two measurement phases at 200 tokens/s
     (about 16 tokens a paint while the loop keeps up) from token 800 and token 20k
     (2 s and 4 s: paints are slower there), each started once the UI has painted
-    everything before it. A paint's cost is the wall time of the ``Markdown.append``
-    that adds its text plus the next screen update (layout, compositor, encoding):
+    everything before it. A paint's cost is the wall time of ``AssistantTurn.paint``
+    (new text in, live tail rendered) plus the next screen update (layout, compositor, encoding):
     what the event loop spends on it.
     """
     n_measure = 400

@@ -23,11 +23,10 @@ from typing import Any
 
 from textual import events
 from textual.app import App
-from textual.await_complete import AwaitComplete
 from textual.screen import Screen
-from textual.widgets import Markdown
 
 from tui_chat.trace import percentile
+from tui_chat.ui.app import AssistantTurn
 
 PROBE_INTERVAL_S = 0.005
 """The loop-lag probe asks to wake every 5 ms (issue 3)."""
@@ -69,7 +68,7 @@ class LagProbe:
 
 @dataclass
 class Append:
-    """One ``Markdown.append`` (any Markdown widget: the product may split a reply).
+    """One paint of a live reply (``AssistantTurn.paint``: new text in, tail re-rendered).
 
     Attributes:
         called: perf_counter when it was called.
@@ -89,7 +88,7 @@ class Recorder:
     Attributes:
         frames: (start, end) of each screen update (layout + compositor + encoding).
         displays: end of each frame that produced output.
-        appends: every ``Markdown.append``.
+        appends: every paint of a live reply.
         watched: (display time, value) each time ``watch()`` changed at a frame.
         watch: optional function read at every frame (e.g. the Input's text length).
     """
@@ -106,20 +105,6 @@ class Recorder:
         self.displays.clear()
         self.appends.clear()
         self.watched.clear()
-
-    def shown_at(self, handed_over: float) -> float | None:
-        """When text handed to a live Markdown at ``handed_over`` was first on screen.
-
-        ``MarkdownStream.write`` queues text for its task, which calls
-        ``Markdown.append`` once the previous append is done: the first append called
-        at or after the hand-over carries it, and the first frame after that append
-        shows it.
-        """
-        appends = sorted(self.appends, key=lambda a: a.called)
-        i = bisect.bisect_left([a.called for a in appends], handed_over)
-        if i >= len(appends):
-            return None
-        return self.first_display_after(appends[i].done)
 
     def first_display_after(self, t: float) -> float | None:
         """The end of the first frame with output at or after ``t``."""
@@ -138,7 +123,7 @@ class Recorder:
 
 @contextlib.contextmanager
 def instrumented() -> Iterator[Recorder]:
-    """Patch Textual (this process only) to record frames and Markdown appends.
+    """Patch Textual and the app (this process only) to record frames and paints.
 
     Must be entered before the app is created: a screen binds its update timer's
     callback when the timer is first made.
@@ -146,7 +131,7 @@ def instrumented() -> Iterator[Recorder]:
     rec = Recorder()
     orig_update = Screen._on_timer_update
     orig_display = App._display
-    orig_append = Markdown.append
+    orig_paint = AssistantTurn.paint
 
     def on_timer_update(self: Screen[Any]) -> None:
         start = time.perf_counter()
@@ -166,25 +151,20 @@ def instrumented() -> Iterator[Recorder]:
             if not rec.watched or rec.watched[-1][1] != value:
                 rec.watched.append((now, value))
 
-    def append(self: Markdown, markdown: str) -> AwaitComplete:
+    def paint(self: AssistantTurn, text: str) -> None:
         called = time.perf_counter()
-        inner = orig_append(self, markdown)
-
-        def finished(_: object) -> None:
-            rec.appends.append(Append(called, time.perf_counter(), len(markdown)))
-
-        inner._future.add_done_callback(finished)
-        return inner
+        orig_paint(self, text)
+        rec.appends.append(Append(called, time.perf_counter(), len(text)))
 
     Screen._on_timer_update = on_timer_update  # type: ignore[method-assign]
     App._display = display  # type: ignore[method-assign]
-    Markdown.append = append  # type: ignore[method-assign]
+    AssistantTurn.paint = paint  # type: ignore[method-assign]
     try:
         yield rec
     finally:
         Screen._on_timer_update = orig_update  # type: ignore[method-assign]
         App._display = orig_display  # type: ignore[method-assign]
-        Markdown.append = orig_append  # type: ignore[method-assign]
+        AssistantTurn.paint = orig_paint  # type: ignore[method-assign]
 
 
 def post_key(app: App[Any], key: str, character: str | None = None) -> float:

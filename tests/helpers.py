@@ -17,7 +17,5 @@ def reply_turns(app: ChatApp) -> list[AssistantTurn]:
 
 
 def shown_reply(turn: AssistantTurn) -> str:
-    """The reply as the widget holds it: the live Markdown source while streaming, the
-    final text once finished."""
-    final = getattr(turn, "final_text", None)
-    return final if final is not None else turn.markdown.source
+    """The reply as the widget holds it (raw model text painted so far, or final)."""
+    return turn.source

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from textual.widgets import Static
-
 from tests.conftest import fake_config, wait_for
 from tui_chat.engine.base import (
     CancelToken,
@@ -135,7 +133,7 @@ async def test_status_bar_warns_with_the_step_time() -> None:
     app = make_app(fake_config(), engine)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(lambda: app.model_info is not None)
-        status = app.query_one("#status", Static)
+        status = app.query_one("#status")
         assert not status.has_class("-stall")
         await pilot.press("h", "i", "enter")
         await wait_for(lambda: app.last_result is not None)

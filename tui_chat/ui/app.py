@@ -8,18 +8,20 @@ loop never runs model code and the engine thread never waits for a paint.
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import ClassVar
 
-from rich.markdown import Markdown as RichMarkdown
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Footer, Input, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Footer, Input, Static
 
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine, ModelInfo
@@ -27,6 +29,7 @@ from tui_chat.engine.stream import StreamResult, StreamStats, TraceFn
 from tui_chat.sanitize import sanitize
 from tui_chat.store import Store
 from tui_chat.ui.engine_thread import EngineThread, ReplyRequest
+from tui_chat.ui.markdown_view import MarkdownView
 from tui_chat.ui.messages import (
     EngineLoaded,
     EngineLoadFailed,
@@ -40,6 +43,26 @@ from tui_chat.ui.messages import (
 MAX_MOUNTED_TURNS = 80
 
 
+class StatusBar(Widget):
+    """One line of status; a change repaints this line only, never the layout.
+
+    ``Static.update`` asks for a layout of the whole screen, and the status changes on
+    every paint tick while a reply streams.
+    """
+
+    DEFAULT_CSS = """
+    StatusBar {
+        height: 1;
+        width: 1fr;
+    }
+    """
+
+    text: reactive[str] = reactive("", layout=False)
+
+    def render(self) -> Content:
+        return Content(self.text)
+
+
 class UserTurn(Static):
     """The user's message, shown verbatim (``markup=False``)."""
 
@@ -47,11 +70,50 @@ class UserTurn(Static):
         super().__init__(sanitize(text), markup=False, classes="turn user")
 
 
-def _final_render(text: str) -> Static:
-    """The full render of a finished reply: one widget, no clickable links."""
-    return Static(
-        RichMarkdown(sanitize(text), hyperlinks=False, code_theme="monokai"), classes="final"
-    )
+# A live reply re-renders only its tail: once the tail passes this many characters, the
+# blocks before its last block boundary are frozen into a static chunk. A paint then
+# costs in proportion to the tail, not the whole reply, and a reply is a few widgets
+# instead of Textual's one widget per Markdown block (whose layout cost grew with the
+# reply: about 200 ms per frame at 4k tokens of Markdown-heavy text, issue 3's bench).
+FREEZE_CHARS = 600
+
+_FENCES = ("```", "~~~")
+
+
+def freeze_point(source: str) -> tuple[int, str, str]:
+    """Where to cut a growing Markdown source so the head renders the same on its own.
+
+    Returns ``(cut, head_suffix, tail_prefix)``: the head is ``source[:cut] +
+    head_suffix``, the new live tail is ``tail_prefix + source[cut:]``. ``cut`` is 0
+    when there is no safe place. The preferred cut is just after the last blank line
+    outside a code fence (a block boundary). Inside a long code fence the cut falls on
+    the last line boundary, and the fence is closed in the head and opened again, with
+    the same info string, in the tail.
+    """
+    cut = 0
+    fence: str | None = None
+    fence_opener = ""
+    fence_line_end = 0
+    pos = 0
+    for line in source.splitlines(keepends=True):
+        end = pos + len(line)
+        if not line.endswith("\n"):
+            break  # the last line is still being written
+        stripped = line.strip()
+        if fence is None:
+            marker = next((f for f in _FENCES if stripped.startswith(f)), None)
+            if marker is not None:
+                fence, fence_opener = marker, stripped
+            elif not stripped:
+                cut = end
+        elif stripped.startswith(fence) and stripped.strip(fence[0]) == "":
+            fence = None
+        else:
+            fence_line_end = end
+        pos = end
+    if fence is not None and fence_line_end > cut:
+        return fence_line_end, fence + "\n", fence_opener + "\n"
+    return cut, "", ""
 
 
 def _note_for(message: ChatMessage) -> str | None:
@@ -59,7 +121,7 @@ def _note_for(message: ChatMessage) -> str | None:
 
 
 class AssistantTurn(Vertical):
-    """One reply: a live Markdown while it streams, one static render when it ends.
+    """One reply: frozen chunks plus a live tail while it streams, one render at the end.
 
     Args:
         final_text: build an already finished turn (a reloaded conversation).
@@ -68,41 +130,62 @@ class AssistantTurn(Vertical):
 
     def __init__(self, final_text: str | None = None, note: str | None = None) -> None:
         super().__init__(classes="turn assistant")
-        self.markdown = Markdown(open_links=False, classes="live")
-        self.stream: MarkdownStream | None = None
-        self.paints = 0
         self.final_text = final_text
         self._note = note
+        self._raw: list[str] = []  # every painted piece, as the model wrote it
+        self._tail = ""  # Markdown of the live tail (may start with a reopened fence)
+        self._live = MarkdownView(classes="live")
+        self.paints = 0
+
+    @property
+    def source(self) -> str:
+        """The Markdown painted so far (raw model text, before sanitizing)."""
+        if self.final_text is not None:
+            return self.final_text
+        return "".join(self._raw)
 
     def compose(self) -> ComposeResult:
         if self.final_text is None:
-            yield self.markdown
+            yield self._live
             return
-        yield _final_render(self.final_text)
+        yield MarkdownView(self.final_text, classes="final")
         if self._note:
             yield Static(self._note, markup=False, classes="note")
 
-    def on_mount(self) -> None:
-        if self.final_text is None:
-            self.stream = Markdown.get_stream(self.markdown)
-
-    async def paint(self, text: str) -> None:
-        """Append sanitized ``text`` to the live Markdown."""
+    def paint(self, text: str) -> None:
+        """Append ``text`` (raw model text) and re-render the live tail only."""
         self.paints += 1
-        if self.stream is not None:
-            await self.stream.write(text)
+        self._raw.append(text)
+        self._tail += text
+        if len(self._tail) > FREEZE_CHARS:
+            cut, head_suffix, tail_prefix = freeze_point(self._tail)
+            if cut:
+                head = self._tail[:cut]
+                self._tail = tail_prefix + self._tail[cut:]
+                chunk = MarkdownView(head + head_suffix, classes="chunk")
+                self.mount(chunk, before=self._live)
+        self._live.set_text(self._tail)
 
     async def finish(self, final_text: str, note: str | None) -> None:
-        """Replace the live blocks by one widget holding the full render of the reply."""
-        if self.stream is not None:
-            await self.stream.stop()
-            self.stream = None
-        final = _final_render(final_text)
-        with self.app.batch_update():
-            await self.markdown.remove()
-            await self.mount(final)
-            if note:
-                await self.mount(Static(note, markup=False, classes="note"))
+        """Show the finished reply and its note ("interrupted").
+
+        The live tail is already a full render of its blocks, and each frozen chunk of
+        its own: the end of a reply costs one more render of the tail only, however
+        long the reply (a full re-render of a 16 kB reply blocked the loop ~100 ms).
+        The final text may be shorter than what was painted (whitespace before a stop
+        string is dropped); any other difference is rendered again in full.
+        """
+        painted = self.source
+        if final_text == painted or (
+            painted.startswith(final_text) and not painted[len(final_text) :].strip()
+        ):
+            self._tail = self._tail[: len(self._tail) - (len(painted) - len(final_text))]
+            self._live.set_text(self._tail)
+        else:
+            await self.remove_children()
+            await self.mount(MarkdownView(final_text, classes="final"))
+        if note:
+            await self.mount(Static(note, markup=False, classes="note"))
         self.final_text = final_text
 
 
@@ -153,7 +236,7 @@ class ChatApp(App[int]):
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="conversation")
-        yield Static("", id="status", markup=False)
+        yield StatusBar(id="status")
         yield Input(placeholder="Type a message, Enter to send", id="prompt")
         yield Footer()
 
@@ -181,6 +264,10 @@ class ChatApp(App[int]):
 
     # ------------------------------------------------------------ engine events
     def on_engine_loaded(self, message: EngineLoaded) -> None:
+        # Everything made so far (Textual, the model's Python objects) lives as long as
+        # the app: move it out of the cyclic GC's reach, so a full collection during a
+        # reply scans only what the reply made (they showed as 50 ms frames).
+        gc.freeze()
         self.model_info = message.info
         self.state = "ready"
         self._update_status()
@@ -299,7 +386,7 @@ class ChatApp(App[int]):
         text, _n, oldest = request.buffer.drain()
         if text:
             self.paint_count += 1
-            await turn.paint(sanitize(text))
+            turn.paint(text)
             if self._trace is not None:
                 staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
                 self._trace("painted", chars=len(text), staleness_ms=staleness)
@@ -329,8 +416,8 @@ class ChatApp(App[int]):
             # out or GPU offload thrashes; say so where the user looks.
             parts.append(f"⚠ stall: step {stall.step_ms:.0f} ms, median {stall.median_ms:.0f} ms")
         parts.append(name)
-        status = self.query_one("#status", Static)
-        status.update(" │ ".join(parts))
+        status = self.query_one("#status", StatusBar)
+        status.text = " │ ".join(parts)
         status.set_class(stall is not None, "-stall")
 
     # ---------------------------------------------------------------- actions
