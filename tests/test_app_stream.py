@@ -153,6 +153,11 @@ async def test_unbounded_conversation_keeps_a_bounded_widget_tree() -> None:
         await pilot.pause()
         assert len(app.conversation) == 2 * n_turns  # nothing lost from the chat
         assert len(app.query(".turn")) <= MAX_MOUNTED_TURNS
+        view = app.query_one("#conversation")
+        view.scroll_home(animate=False)
+        await pilot.pause()
+        n_hidden = 2 * n_turns - MAX_MOUNTED_TURNS
+        assert f"… {n_hidden} earlier messages are not shown" in screen_text(app)
 
 
 async def test_message_typed_while_loading_is_sent_when_loaded() -> None:

@@ -148,7 +148,9 @@ class FakeEngine:
         try:
             if entered_twice:
                 raise RuntimeError("FakeEngine entered by two threads at once")
-            self.calls.append([dict(m) for m in messages])  # type: ignore[misc]
+            # The list, not copies of the messages: 200 turns would keep 200 copies of
+            # a growing conversation (the benchmark's RSS would measure this engine).
+            self.calls.append(list(messages))
             yield from self._play(messages, params, cancel)
         finally:
             with self._lock:
