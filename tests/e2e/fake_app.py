@@ -64,6 +64,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("script", choices=["c22", "words"])
     p.add_argument("--rate", type=float, default=20.0, help="tokens per second")
     p.add_argument("--n-tokens", type=int, default=200)
+    p.add_argument("--prefill-s", type=float, default=0.0, help="seconds of prefill")
+    p.add_argument(
+        "--batch-s", type=float, default=0.02, help="one uninterruptible prompt batch, seconds"
+    )
     ours, rest = p.parse_known_args(argv)
     if ours.script == "c22":
         pieces = C22_PIECES
@@ -74,7 +78,12 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"fake_app: {exc}", file=sys.stderr)
         return 2
-    engine = FakeEngine([paced([*pieces, EOG], ours.rate)], name="fake-model")
+    engine = FakeEngine(
+        [paced([*pieces, EOG], ours.rate)],
+        name="fake-model",
+        prefill_s=ours.prefill_s,
+        batch_s=ours.batch_s,
+    )
     return run_tui(config, engine)
 
 
