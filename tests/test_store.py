@@ -101,3 +101,21 @@ async def test_resume_continues_the_saved_conversation(tmp_path: Path) -> None:
         "two",
         "two-answer",
     ]
+
+
+async def test_quit_mid_reply_saves_the_partial_reply_as_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    engine = FakeEngine([paced(["word "] * 1000, 100)])
+    app = make_app(fake_config(), engine, store=Store(path))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app)
+        await send(pilot, "talk")
+        await wait_for(lambda: "word word" in screen_text(app))
+        await pilot.press("ctrl+q")
+    store = Store(path)
+    cid = store.latest_conversation()
+    assert cid is not None
+    saved = store.messages(cid)
+    assert saved[0] == {"role": "user", "content": "talk"}
+    assert saved[1]["interrupted"] is True
+    assert saved[1]["content"].startswith("word word")

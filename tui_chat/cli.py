@@ -301,20 +301,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _say(f"{exc} (see tui-chat --help)")
         return 2
-    if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read().strip()
-        if not prompt:
-            _say("no prompt on stdin")
-            return 2
     if replay_path is not None:
         config.history = False  # a replay reproduces a session; it is not a new chat
     try:
+        # The model is checked first: a wrong --model is the error to report, whatever
+        # stdin holds.
         if replay_path is None:
             engine = make_engine(config)
         else:
             engine = _replay_engine(replay_path, replay_speed)
     except EngineError as exc:
         _say(str(exc))
+        return 2
+    if prompt is None and not sys.stdin.isatty():
+        prompt = sys.stdin.read().strip()
+        if not prompt:
+            _say("no prompt on stdin")
+            return 2
+    if prompt is not None and not prompt.strip():
+        _say("the prompt is empty")
         return 2
     if prompt is None and not sys.stdout.isatty():
         _say("stdout is not a terminal; use -p PROMPT for plain-text output")

@@ -463,8 +463,22 @@ class ChatApp(App[int]):
         self.action_stop_reply()
 
     async def action_quit(self) -> None:
-        """Ctrl+Q: stop any reply and leave; the CLI makes sure we exit within 1 s."""
+        """Ctrl+Q: stop any reply and leave; the CLI makes sure we exit within 1 s.
+
+        A reply cut short by the quit is saved as interrupted, with the text that had
+        reached the UI, so ``--resume`` shows what the user saw.
+        """
         self.engine_thread.stop()
+        request, turn = self._current, self._current_turn
+        if request is not None and turn is not None:
+            text, _n, _oldest = request.buffer.drain()
+            partial: ChatMessage = {
+                "role": "assistant",
+                "content": turn.source + text,
+                "interrupted": True,
+            }
+            self._current = self._current_turn = None
+            self._append(partial)
         self.exit(return_code=0)
 
     async def action_clear(self) -> None:
