@@ -124,8 +124,8 @@ async def test_view_follows_new_text_unless_scrolled_up() -> None:
         await finished(app, 1)
 
 
-async def test_finished_turns_collapse_to_one_widget_and_count_is_bounded() -> None:
-    reply = "".join(f"para {i}\n\n" for i in range(30))
+async def test_a_reply_is_two_widgets_however_many_blocks_it_has() -> None:
+    reply = "".join(f"para {i}\n\n" for i in range(300))
     engine = FakeEngine([paced([reply, EOG], 0)])
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
@@ -136,7 +136,8 @@ async def test_finished_turns_collapse_to_one_widget_and_count_is_bounded() -> N
         await pilot.pause()
         turns = reply_turns(app)
         assert all(not list(t.query(MarkdownBlock)) for t in turns)
-        assert all(len(t.children) == 1 for t in turns)
+        assert all(len(t.query("*")) == 2 for t in turns)  # frozen blocks + live tail
+        assert app.conversation[-1]["content"] == reply
 
 
 async def test_unbounded_conversation_keeps_a_bounded_widget_tree() -> None:

@@ -6,7 +6,7 @@ from tests.conftest import fake_config
 from tests.helpers import reply_turns, screen_text
 from tests.test_app_stream import finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.ui.app import FREEZE_CHARS, AssistantTurn, freeze_point, make_app
+from tui_chat.ui.app import AssistantTurn, freeze_point, make_app
 from tui_chat.ui.markdown_view import MarkdownView
 
 
@@ -43,9 +43,10 @@ async def test_long_reply_freezes_into_chunks_and_keeps_every_character() -> Non
         await finished(app, 1)
         await pilot.pause()
         (turn,) = reply_turns(app)
-        chunks = list(turn.query(MarkdownView))
-        assert len(chunks) > 2  # it was frozen as it grew...
-        assert len(chunks) <= len(reply) // FREEZE_CHARS + 2  # ...in bounded pieces
+        frozen, live = turn.query(MarkdownView)  # two widgets, however long the reply
+        assert len(frozen.segments) > 2  # it was frozen as it grew...
+        assert max(len(seg) for seg in frozen.segments) < len(reply) / 2  # ...in pieces
+        assert frozen.text + live.text == reply
         assert turn.source == reply == app.conversation[-1]["content"]
         screen = screen_text(app)
         assert "print('x')" in screen and "```" not in screen and "**" not in screen
@@ -63,8 +64,11 @@ async def test_long_code_block_is_split_and_reopened() -> None:
         await finished(app, 1)
         await pilot.pause()
         turn: AssistantTurn = reply_turns(app)[0]
-        views = list(turn.query(MarkdownView))
-        assert len(views) > 2
-        assert all(v.text.startswith("```python\n") for v in views)
+        frozen, live = turn.query(MarkdownView)
+        pieces_shown = [*frozen.segments, live.text]
+        assert len(pieces_shown) > 2
+        # Each piece is a whole code block: closed where it was cut, reopened after.
+        assert all(p.startswith("```python\n") for p in pieces_shown)
+        assert all(p.rstrip("\n").endswith("```") for p in pieces_shown)
         assert turn.source == reply
         assert "line_399 = 399" in screen_text(app)

@@ -73,10 +73,11 @@ class UserTurn(Static):
 
 
 # A live reply re-renders only its tail: once the tail passes this many characters, the
-# blocks before its last block boundary are frozen into a static chunk. A paint then
-# costs in proportion to the tail, not the whole reply, and a reply is a few widgets
-# instead of Textual's one widget per Markdown block (whose layout cost grew with the
-# reply: about 200 ms per frame at 4k tokens of Markdown-heavy text, issue 3's bench).
+# blocks before its last block boundary are frozen (appended, rendered once, to the
+# reply's frozen view). A paint then costs in proportion to the tail, not the whole
+# reply, and a reply is two widgets instead of Textual's one widget per Markdown block
+# (whose layout cost grew with the reply: about 200 ms per frame at 4k tokens of
+# Markdown-heavy text, issue 3's bench).
 FREEZE_CHARS = 600
 
 _FENCES = ("```", "~~~")
@@ -123,7 +124,7 @@ def _note_for(message: ChatMessage) -> str | None:
 
 
 class AssistantTurn(Vertical):
-    """One reply: frozen chunks plus a live tail while it streams, one render at the end.
+    """One reply: the frozen blocks and a live tail while it streams (two widgets).
 
     Args:
         final_text: build an already finished turn (a reloaded conversation).
@@ -136,6 +137,7 @@ class AssistantTurn(Vertical):
         self._note = note
         self._raw: list[str] = []  # every painted piece, as the model wrote it
         self._tail = ""  # Markdown of the live tail (may start with a reopened fence)
+        self._frozen = MarkdownView(classes="frozen")
         self._live = MarkdownView(classes="live")
         self.paints = 0
 
@@ -148,6 +150,7 @@ class AssistantTurn(Vertical):
 
     def compose(self) -> ComposeResult:
         if self.final_text is None:
+            yield self._frozen
             yield self._live
             return
         yield MarkdownView(self.final_text, classes="final")
@@ -164,24 +167,27 @@ class AssistantTurn(Vertical):
             if cut:
                 head = self._tail[:cut]
                 self._tail = tail_prefix + self._tail[cut:]
-                chunk = MarkdownView(head + head_suffix, classes="chunk")
-                self.mount(chunk, before=self._live)
+                self._frozen.append_segment(head + head_suffix)
+                self._frozen.add_class("-filled")
         self._live.set_text(self._tail)
 
     async def finish(self, final_text: str, note: str | None) -> None:
         """Show the finished reply and its note ("interrupted").
 
-        The live tail is already a full render of its blocks, and each frozen chunk of
+        The live tail is already a full render of its blocks, and each frozen segment of
         its own: the end of a reply costs one more render of the tail only, however
         long the reply (a full re-render of a 16 kB reply blocked the loop ~100 ms).
         The final text may be shorter than what was painted (whitespace before a stop
         string is dropped); any other difference is rendered again in full.
         """
         painted = self.source
+        dropped = len(painted) - len(final_text)
         if final_text == painted or (
-            painted.startswith(final_text) and not painted[len(final_text) :].strip()
+            painted.startswith(final_text)
+            and not painted[len(final_text) :].strip()
+            and dropped <= len(self._tail)
         ):
-            self._tail = self._tail[: len(self._tail) - (len(painted) - len(final_text))]
+            self._tail = self._tail[: len(self._tail) - dropped]
             self._live.set_text(self._tail)
         else:
             await self.remove_children()
