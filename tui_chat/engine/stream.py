@@ -259,7 +259,8 @@ def run_stream(
             if stats.first_token_at is None:
                 stats.first_token_at = now
             stats.last_token_at = now
-            tr("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3))
+            if trace is not None:  # the hex and rounding are for the trace alone
+                trace("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3))
             if stall is not None:
                 tr(
                     "stall",
