@@ -108,10 +108,7 @@ class FakeEngine:
         self._active = 0
         self.max_concurrency = 0
         self.calls: list[list[ChatMessage]] = []
-        self.last_token_at: float | None = None
         self.n_yielded = 0
-        self.idle = threading.Event()
-        self.idle.set()
 
     @property
     def info(self) -> ModelInfo | None:
@@ -144,7 +141,6 @@ class FakeEngine:
             self._active += 1
             self.max_concurrency = max(self.max_concurrency, self._active)
             entered_twice = self._active > 1
-        self.idle.clear()
         try:
             if entered_twice:
                 raise RuntimeError("FakeEngine entered by two threads at once")
@@ -155,7 +151,6 @@ class FakeEngine:
         finally:
             with self._lock:
                 self._active -= 1
-            self.idle.set()
 
     def _play(
         self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
@@ -186,7 +181,6 @@ class FakeEngine:
             if cancel.is_set():
                 return
             now = time.perf_counter()
-            self.last_token_at = now
             self.n_yielded += 1
             yield TokenPiece(step.data, eog=step.eog, step_ms=(now - prev) * 1000)
             prev = now

@@ -161,8 +161,6 @@ class ReplayEngine:
         self._info: ModelInfo | None = None
         self._busy = threading.Lock()
         self.n_played = 0
-        self.idle = threading.Event()
-        self.idle.set()
 
     @classmethod
     def from_file(cls, path: str | Path, *, speed: float = 1.0) -> ReplayEngine:
@@ -205,7 +203,6 @@ class ReplayEngine:
         """
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("ReplayEngine entered by two threads at once")
-        self.idle.clear()
         try:
             index = self.n_played
             self.n_played += 1
@@ -217,7 +214,6 @@ class ReplayEngine:
             yield from self._play(self.replies[index], cancel)
         finally:
             self._busy.release()
-            self.idle.set()
 
     def _play(self, reply: ReplayReply, cancel: CancelToken) -> Iterator[EngineEvent]:
         clock = _ReplayClock(self.speed, reply.cancel_at_s, cancel)

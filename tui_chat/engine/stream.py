@@ -172,27 +172,20 @@ class TokenBuffer:
         self._lock = threading.Lock()
         self._parts: list[str] = []
         self._oldest: float | None = None
-        self._n_tokens = 0
 
-    def append(self, text: str, n_tokens: int = 1, now: float | None = None) -> bool:
-        """Add text; returns True when the buffer was empty (a paint may be wanted)."""
-        with self._lock:
-            was_empty = not self._parts
-            self._parts.append(text)
-            self._n_tokens += n_tokens
-            if was_empty:
-                self._oldest = time.perf_counter() if now is None else now
-            return was_empty
-
-    def drain(self) -> tuple[str, int, float | None]:
-        """Take everything: (text, token count, perf_counter of the oldest part)."""
+    def append(self, text: str, now: float | None = None) -> None:
+        """Add text; ``now`` is when it left the engine (``time.perf_counter()``)."""
         with self._lock:
             if not self._parts:
-                return "", 0, None
-            text = "".join(self._parts)
-            n, oldest = self._n_tokens, self._oldest
-            self._parts, self._n_tokens, self._oldest = [], 0, None
-            return text, n, oldest
+                self._oldest = time.perf_counter() if now is None else now
+            self._parts.append(text)
+
+    def drain(self) -> tuple[str, float | None]:
+        """Take everything: (text, perf_counter of the oldest part, or None if empty)."""
+        with self._lock:
+            text, oldest = "".join(self._parts), self._oldest
+            self._parts, self._oldest = [], None
+            return text, oldest
 
 
 def run_stream(

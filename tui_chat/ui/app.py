@@ -139,7 +139,6 @@ class AssistantTurn(Vertical):
         self._tail = ""  # Markdown of the live tail (may start with a reopened fence)
         self._frozen = MarkdownView(classes="frozen")
         self._live = MarkdownView(classes="live")
-        self.paints = 0
 
     @property
     def source(self) -> str:
@@ -159,7 +158,6 @@ class AssistantTurn(Vertical):
 
     def paint(self, text: str) -> None:
         """Append ``text`` (raw model text) and re-render the live tail only."""
-        self.paints += 1
         self._raw.append(text)
         self._tail += text
         if len(self._tail) > FREEZE_CHARS:
@@ -409,7 +407,7 @@ class ChatApp(App[int]):
         request, turn = self._current, self._current_turn
         if request is None or turn is None or not turn.is_mounted:
             return
-        text, _n, oldest = request.buffer.drain()
+        text, oldest = request.buffer.drain()
         if text:
             self.paint_count += 1
             turn.paint(text)
@@ -477,7 +475,7 @@ class ChatApp(App[int]):
         self.engine_thread.stop()
         request, turn = self._current, self._current_turn
         if request is not None and turn is not None:
-            text, _n, _oldest = request.buffer.drain()
+            text, _oldest = request.buffer.drain()
             partial: ChatMessage = {
                 "role": "assistant",
                 "content": turn.source + text,

@@ -104,7 +104,6 @@ class EngineThread:
         self._trace = trace
         self._requests: queue.Queue[ReplyRequest | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
-        self.busy = threading.Event()
         self.current: ReplyRequest | None = None
 
     def start(self) -> None:
@@ -151,12 +150,10 @@ class EngineThread:
             if request is None:
                 break
             self.current = request
-            self.busy.set()
             try:
                 result = self._generate(request)
             finally:
                 self.current = None
-                self.busy.clear()
             self._app.post_message(ReplyFinished(request.reply_id, result))
         self.engine.close()
 
