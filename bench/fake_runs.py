@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Input
 
 from bench.content import markdown_pieces
 from bench.probe import (
@@ -32,9 +31,11 @@ from bench.probe import (
 from tui_chat.config import Config
 from tui_chat.engine.base import PrefillDone, SamplingParams, TokenPiece
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.engine.stream import StreamResult
-from tui_chat.trace import Tracer
+from tui_chat.session import ReplyFinished
+from tui_chat.tracing.recorder import Tracer
 from tui_chat.ui.app import ChatApp, make_app
+from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
 FAST_TOKENS_PER_S = 2000.0
@@ -48,24 +49,20 @@ def build_app(engine: FakeEngine, render_interval_ms: int, trace: Tracer | None 
     return make_app(config, engine, trace)
 
 
-async def send(app: ChatApp, pilot: Pilot[Any], text: str) -> StreamResult | None:
-    """Type ``text`` into the prompt at once and press Enter; returns the previous result
-    (pass it to :func:`finished`)."""
-    previous = app.last_result
-    app.query_one("#prompt", Input).value = text
+async def send(app: ChatApp, pilot: Pilot[Any], text: str) -> int:
+    """Type ``text`` into the prompt at once and press Enter; returns how many replies
+    the app had shown before (pass it to :func:`finished`)."""
+    before = app.n_replies_shown
+    app.query_one("#prompt", PromptInput).value = text
     await pilot.press("enter")
-    return previous
+    return before
 
 
-async def finished(app: ChatApp, previous: StreamResult | None, timeout_s: float) -> StreamResult:
-    """Wait until the reply after ``previous`` has ended and been drawn as final."""
-    await wait_until(
-        lambda: app.last_result is not previous and app._current is None,
-        timeout_s,
-        "the reply to end",
-    )
-    assert app.last_result is not None
-    return app.last_result
+async def finished(app: ChatApp, before: int, timeout_s: float) -> ReplyFinished:
+    """Wait until the reply after ``before`` shown replies has been drawn as final."""
+    await wait_until(lambda: app.n_replies_shown > before, timeout_s, "the reply to end")
+    assert app.last_reply is not None
+    return app.last_reply
 
 
 def staleness_ms(tracer: Tracer, rec: Recorder) -> list[float]:
@@ -107,21 +104,20 @@ async def fast_run(n_tokens: int, render_interval_ms: int) -> dict[str, float]:
     with instrumented() as rec:
         app = build_app(engine, render_interval_ms, tracer)
         async with app.run_test(headless=True, size=SIZE) as pilot:
-            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
             await pilot.pause()
             rec.reset()
             probe = LagProbe()
             probe.start()
-            paints_before = app.paint_count
             previous = await send(app, pilot, "go")
             result = await finished(app, previous, 120)
             await asyncio.sleep(0.2)  # the final render's frame belongs to the reply
             lags = await probe.stop()
-            n_paints = app.paint_count - paints_before
             if result.text != "".join(pieces):
                 raise RuntimeError("bench: the fast reply lost text")
     assert tracer.events is not None
     paint_t = [e["t"] for e in tracer.events if e["event"] == "painted"]
+    n_paints = len(paint_t)
     span = paint_t[-1] - paint_t[0] if len(paint_t) > 1 else float("nan")
     stale = staleness_ms(tracer, rec)
     return {
@@ -148,10 +144,12 @@ async def keystroke_run(render_interval_ms: int, repeats: int) -> dict[str, floa
     with instrumented() as rec:
         app = build_app(engine, render_interval_ms)
         async with app.run_test(headless=True, size=SIZE) as pilot:
-            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
             previous = await send(app, pilot, "go")
-            prompt = app.query_one("#prompt", Input)
-            await wait_until(lambda: app.paint_count > 0, 10, "the first paint")
+            prompt = app.query_one("#prompt", PromptInput)
+            await wait_until(
+                lambda: any(t.source for t in app.query(AssistantTurn)), 10, "the first paint"
+            )
             rec.watch = lambda: len(prompt.value)
             typist = Typist(
                 app, text, 20.0, start_delay_s=0.3, pause_every=len(phrase) + 1, pause_s=1.5
@@ -240,7 +238,7 @@ async def long_reply_run(render_interval_ms: int) -> dict[str, float]:
     with instrumented() as rec:
         app = build_app(engine, render_interval_ms, tracer)
         async with app.run_test(headless=True, size=SIZE) as pilot:
-            await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+            await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
             previous = await send(app, pilot, "go")
             for name, gate in gates.items():
 
@@ -274,7 +272,7 @@ async def rss_run(n_turns: int = 200, checkpoint: int = 10) -> dict[str, float]:
     app = build_app(engine, 80)
     t0 = time.perf_counter()
     async with app.run_test(headless=True, size=SIZE) as pilot:
-        await wait_until(lambda: app.model_info is not None, 10, "the engine to load")
+        await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
         for turn in range(1, n_turns + 1):
             previous = await send(app, pilot, f"message number {turn}")
             await finished(app, previous, 30)

@@ -25,7 +25,7 @@ from textual import events
 from textual.app import App
 from textual.screen import Screen
 
-from tui_chat.trace import percentile
+from tui_chat.tracing.report import percentile
 from tui_chat.ui.app import AssistantTurn
 
 PROBE_INTERVAL_S = 0.005

@@ -2,7 +2,7 @@
 
 One app (``make_app`` with :class:`~tui_chat.engine.llama.LlamaEngine`, default
 settings: ``n_ctx`` 4096, ``n_batch`` 256, llama-cpp-python's default thread count)
-runs every scenario in turn, headless, with a recording :class:`~tui_chat.trace.Tracer`.
+runs every scenario in turn, headless, with a recording :class:`~tui_chat.tracing.recorder.Tracer`.
 The bare baseline is a second ``llama_cpp.Llama`` with the same parameters, driven by
 a plain loop in a thread while the app is idle.
 """
@@ -22,7 +22,7 @@ from bench.probe import LagProbe, instrumented, median, p, post_key, wait_until
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, SamplingParams
 from tui_chat.engine.llama import LlamaEngine
-from tui_chat.trace import Tracer
+from tui_chat.tracing.recorder import Tracer
 from tui_chat.ui.app import ChatApp, make_app
 
 THROUGHPUT_PROMPT = (
@@ -121,7 +121,7 @@ async def throughput(app: ChatApp, pilot: Any, bare: BareLlama, rounds: int) -> 
     """App vs bare decode tokens/s (interleaved rounds), and loop lag in the app."""
     params = SamplingParams(max_tokens=THROUGHPUT_TOKENS, seed=1)
     messages: list[ChatMessage] = [{"role": "user", "content": THROUGHPUT_PROMPT}]
-    engine = app.engine
+    engine = app.session.engine
     assert isinstance(engine, LlamaEngine)
     _, tokens = engine.prompt_tokens(messages)
     app_rates, bare_rates, lag_p99, lag_max, counts = [], [], [], [], set()
@@ -131,7 +131,7 @@ async def throughput(app: ChatApp, pilot: Any, bare: BareLlama, rounds: int) -> 
         bare_rates.append(b["tokens_per_s"])
         counts.add(b["n_tokens"])
         await _fresh(app)
-        app.config.sampling = params
+        app.session.params = params
         probe = LagProbe()
         probe.start()
         previous = await send(app, pilot, THROUGHPUT_PROMPT)
@@ -184,18 +184,18 @@ async def cancel_latency(app: ChatApp, pilot: Any, tracer: Tracer, n: int) -> di
     in_flight_ratio: list[float] = []
     for i in range(n):
         await _fresh(app)
-        app.config.sampling = SamplingParams(max_tokens=256, seed=100 + i)
+        app.session.params = SamplingParams(max_tokens=256, seed=100 + i)
         start = len(tracer.events or [])
         k = rng.randint(8, 48)
         esc: list[float] = []
-        previous = app.last_result
+        shown = app.n_replies_shown
 
         def ready(k: int = k) -> bool:
-            cur = app._current
-            return cur is not None and cur.stats is not None and cur.stats.n_tokens >= k
+            stats = app.session.live_stats()
+            return app.session.busy and stats is not None and stats.n_tokens >= k
 
         thread = _press_escape_when(
-            app, ready, rng.uniform(0, 0.03), lambda p=previous: app.last_result is not p, esc
+            app, ready, rng.uniform(0, 0.03), lambda n=shown: app.n_replies_shown > n, esc
         )
         previous = await send(app, pilot, THROUGHPUT_PROMPT)
         result = await finished(app, previous, 120)
@@ -222,7 +222,7 @@ async def prefill_cancel(
     app: ChatApp, pilot: Any, tracer: Tracer, bare: BareLlama, n: int
 ) -> dict[str, float]:
     """Esc 0.3 s into the prefill of a ~1500-token prompt -> the engine idle (``end``)."""
-    engine = app.engine
+    engine = app.session.engine
     assert isinstance(engine, LlamaEngine)
     # Size the prompt: about 1500 tokens with the chat template.
     words = 1000
@@ -234,10 +234,10 @@ async def prefill_cancel(
     latencies, completed = [], 0
     for i in range(n):
         await _fresh(app)
-        app.config.sampling = SamplingParams(max_tokens=16, seed=1)
+        app.session.params = SamplingParams(max_tokens=16, seed=1)
         start = len(tracer.events or [])
         esc: list[float] = []
-        previous = app.last_result
+        shown = app.n_replies_shown
 
         def requested(start: int = start) -> bool:
             return any(e["event"] == "request" for e in _events_since(tracer, start))
@@ -248,9 +248,7 @@ async def prefill_cancel(
                 req["t"] + tracer.t0 + PREFILL_CANCEL_AT_S
             )
 
-        thread = _press_escape_when(
-            app, ready, 0.0, lambda p=previous: app.last_result is not p, esc
-        )
+        thread = _press_escape_when(app, ready, 0.0, lambda n=shown: app.n_replies_shown > n, esc)
         previous = await send(app, pilot, long_prompt(words, 1000 + i))
         await finished(app, previous, 120)
         await asyncio.to_thread(thread.join, 5)
@@ -284,7 +282,7 @@ async def turn2(app: ChatApp, pilot: Any, n: int) -> dict[str, float]:
     for i in range(n):
         first, second = pairs[i % len(pairs)]
         await _fresh(app)
-        app.config.sampling = SamplingParams(max_tokens=200, seed=7 + i)
+        app.session.params = SamplingParams(max_tokens=200, seed=7 + i)
         previous = await send(app, pilot, first)
         r1 = await finished(app, previous, 120)
         previous = await send(app, pilot, second)
@@ -314,7 +312,7 @@ async def real_group(model_path: Path, rounds: int, n_cancel: int) -> dict[str, 
     with instrumented():
         app = make_app(config, engine, tracer)
         async with app.run_test(headless=True, size=SIZE) as pilot:
-            await wait_until(lambda: app.model_info is not None, 120, "the model to load")
+            await wait_until(lambda: app.session.model_info is not None, 120, "the model to load")
             if app.load_error:
                 raise RuntimeError(app.load_error)
             bare = await asyncio.to_thread(BareLlama, engine)
@@ -325,5 +323,4 @@ async def real_group(model_path: Path, rounds: int, n_cancel: int) -> dict[str, 
                 out.update(await turn2(app, pilot, 3))
             finally:
                 bare.close()
-                app.engine_thread.stop()
     return out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from textual.app import App
 
-from tui_chat.ui.app import AssistantTurn, ChatApp
+from tui_chat.ui.app import ChatApp
+from tui_chat.ui.widgets.turns import AssistantTurn
 
 
 def screen_text(app: App[object]) -> str:

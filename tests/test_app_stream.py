@@ -10,19 +10,21 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from textual.widgets import Input
 from textual.widgets._markdown import MarkdownBlock
 
 from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
-from tui_chat.engine.fake import EOG, FakeEngine, Step, paced
-from tui_chat.ui.app import AssistantTurn, ChatApp, make_app
+from tui_chat.engine.base import Step
+from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.ui.app import ChatApp, make_app
+from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
 
 
 async def ready(app: ChatApp) -> None:
-    await wait_for(lambda: app.model_info is not None)
+    await wait_for(lambda: app.session.model_info is not None)
 
 
 async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -30,10 +32,8 @@ async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
 
 
 async def finished(app: ChatApp, n_replies: int, timeout_s: float = 20) -> None:
-    def done() -> bool:
-        return sum(m["role"] == "assistant" for m in app.conversation) >= n_replies
-
-    await wait_for(done, timeout_s)
+    """Wait until the app has finished showing ``n_replies`` replies."""
+    await wait_for(lambda: app.n_replies_shown >= n_replies, timeout_s)
 
 
 def record_paints(turn_cls: type[AssistantTurn], monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -69,7 +69,7 @@ async def test_reply_streams_as_markdown_and_is_stored() -> None:
         screen = screen_text(app)
         assert "Title" in screen and "bold" in screen and "x = 1" in screen
         assert "**" not in screen and "```" not in screen  # rendered, not raw
-        assert app.conversation == [
+        assert app.session.messages() == [
             {"role": "user", "content": "show me"},
             {"role": "assistant", "content": reply},
         ]
@@ -98,7 +98,7 @@ async def test_paints_are_batched_not_one_per_token(monkeypatch: pytest.MonkeyPa
         await ready(app)
         await send(pilot, "go")
         await finished(app, 1)
-        assert app.conversation[-1]["content"].split() == [f"w{i}" for i in range(n_tokens)]
+        assert app.session.messages()[-1]["content"].split() == [f"w{i}" for i in range(n_tokens)]
         assert "".join(painted).split() == [f"w{i}" for i in range(n_tokens)]
         # ~0.75 s of stream at one paint per 80 ms: far fewer paints than tokens.
         assert len(painted) < n_tokens / 10
@@ -137,7 +137,7 @@ async def test_a_reply_is_two_widgets_however_many_blocks_it_has() -> None:
         turns = reply_turns(app)
         assert all(not list(t.query(MarkdownBlock)) for t in turns)
         assert all(len(t.query("*")) == 2 for t in turns)  # frozen blocks + live tail
-        assert app.conversation[-1]["content"] == reply
+        assert app.session.messages()[-1]["content"] == reply
 
 
 async def test_unbounded_conversation_keeps_a_bounded_widget_tree() -> None:
@@ -152,7 +152,7 @@ async def test_unbounded_conversation_keeps_a_bounded_widget_tree() -> None:
             await send(pilot, f"q{i}")
             await finished(app, i + 1, timeout_s=30)
         await pilot.pause()
-        assert len(app.conversation) == 2 * n_turns  # nothing lost from the chat
+        assert len(app.session.messages()) == 2 * n_turns  # nothing lost from the chat
         assert len(app.query(".turn")) <= MAX_MOUNTED_TURNS
         view = app.query_one("#conversation")
         view.scroll_home(animate=False)
@@ -168,11 +168,11 @@ async def test_message_typed_while_loading_is_sent_when_loaded() -> None:
         await pilot.pause()
         assert "loading" in screen_text(app)
         await send(pilot, "early")
-        assert app.model_info is None  # still loading: queued, shown
+        assert app.session.model_info is None  # still loading: queued, shown
         assert "early" in screen_text(app)
         await finished(app, 1)
-        assert app.conversation[0] == {"role": "user", "content": "early"}
-        assert app.conversation[1]["content"] == "hello"
+        assert app.session.messages()[0] == {"role": "user", "content": "early"}
+        assert app.session.messages()[1]["content"] == "hello"
 
 
 async def test_status_bar_shows_model_state_ttft_speed_and_context() -> None:
@@ -214,7 +214,7 @@ async def test_c01_c03_split_characters_on_screen_and_in_history(
         await send(pilot, "hi")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == expected
+        assert app.session.messages()[-1]["content"] == expected
         assert expected in screen_text(app)
         assert "\ufffd" not in "".join(painted)
         assert "".join(painted) == expected
@@ -235,7 +235,7 @@ async def test_c04_split_falls_on_a_paint_boundary(monkeypatch: pytest.MonkeyPat
         await send(pilot, "hi")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == "霓虹灯"
+        assert app.session.messages()[-1]["content"] == "霓虹灯"
         assert "霓虹灯" in screen_text(app)
         assert "".join(painted) == "霓虹灯"
 
@@ -254,19 +254,19 @@ async def test_c06_cancel_then_submit_at_once() -> None:
         n_at_cancel = engine.n_yielded
         await send(pilot, "B")
         await wait_for(lambda: len(engine.calls) == 2)
-        assert app.state == "generating"  # busy until B ends
+        assert app.session.state == "generating"  # busy until B ends
         await finished(app, 2)
-        roles = [(m["role"], m.get("interrupted", False)) for m in app.conversation]
+        roles = [(m["role"], m.get("interrupted", False)) for m in app.session.messages()]
         assert roles == [
             ("user", False),
             ("assistant", True),
             ("user", False),
             ("assistant", False),
         ]
-        partial_a = app.conversation[1]["content"]
+        partial_a = app.session.messages()[1]["content"]
         assert set(partial_a) == {"A"}
         assert len(partial_a) <= n_at_cancel + 1  # at most the step in flight
-        assert app.conversation[3]["content"] == "B" * 200
+        assert app.session.messages()[3]["content"] == "B" * 200
         assert engine.max_concurrency == 1
         await pilot.pause()
         turns = reply_turns(app)
@@ -284,14 +284,14 @@ async def test_c09_ctrl_c_stops_only_the_reply() -> None:
         await pilot.press("ctrl+c")
         await finished(app, 1)
         assert app.is_running
-        assert isinstance(app.focused, Input)
-        partial = app.conversation[-1]["content"]
-        assert partial.startswith("word") and app.conversation[-1]["interrupted"]
+        assert isinstance(app.focused, PromptInput)
+        partial = app.session.messages()[-1]["content"]
+        assert partial.startswith("word") and app.session.messages()[-1]["interrupted"]
         await send(pilot, "and?")
         await finished(app, 2)
         sent = engine.calls[1]
         assert sent[1] == {"role": "assistant", "content": partial, "interrupted": True}
-        assert app.conversation[-1]["content"] == "answer"
+        assert app.session.messages()[-1]["content"] == "answer"
 
 
 async def test_c10_partial_reply_kept_everywhere_after_interrupt() -> None:
@@ -315,7 +315,7 @@ async def test_c10_partial_reply_kept_everywhere_after_interrupt() -> None:
         screen = screen_text(app)
         assert "Lorem ipsum dolor" in screen and "interrupted" in screen
         assert "sit amet" not in screen
-        assert app.conversation[1] == {
+        assert app.session.messages()[1] == {
             "role": "assistant",
             "content": "Lorem ipsum dolor",
             "interrupted": True,
@@ -334,18 +334,21 @@ async def test_c08_cancel_during_prefill_no_tokens_after_and_next_prompt_answers
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
-        app.query_one("#prompt", Input).value = long_prompt
+        app.query_one("#prompt", PromptInput).value = long_prompt
         await pilot.press("enter")
         await wait_for(lambda: len(engine.calls) == 1)
         await asyncio.sleep(0.5)  # the case: Esc 0.5 s into the prefill
         await pilot.press("escape")
         await finished(app, 1)
-        assert app.conversation[1] == {"role": "assistant", "content": "", "interrupted": True}
+        # Nothing was generated: no empty assistant message (C29); the message stays.
+        assert app.session.messages() == [{"role": "user", "content": long_prompt.strip()}]
         assert engine.n_yielded == 0
         engine.prefill_s = 0.0
         await send(pilot, "short")
         await finished(app, 2)
-        assert app.conversation[-1]["content"] == "second answer"
+        assert app.session.messages()[-1]["content"] == "second answer"
+        # Two user messages in a row go to the model as one turn.
+        assert engine.calls[1] == [{"role": "user", "content": f"{long_prompt.strip()}\n\nshort"}]
         assert "never shown" not in screen_text(app)
 
 
@@ -357,7 +360,7 @@ async def test_esc_when_idle_does_nothing_and_next_turn_works() -> None:
         await pilot.press("escape")
         await send(pilot, "hi")
         await finished(app, 1)
-        assert app.conversation[-1]["content"] == "fine"
+        assert app.session.messages()[-1]["content"] == "fine"
 
 
 # ---------------------------------------------------------------------- stops
@@ -384,7 +387,7 @@ async def test_c14_turn_markers_never_shown_or_stored(
         await send(pilot, "test")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == expected
+        assert app.session.messages()[-1]["content"] == expected
         assert "turn" not in "".join(painted) and "turn>" not in screen_text(app)
         assert "What next" not in screen_text(app)
 
@@ -399,7 +402,7 @@ async def test_c15_generation_ends_at_first_end_of_turn_token() -> None:
         await send(pilot, "go")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == "bar\nfoo"
+        assert app.session.messages()[-1]["content"] == "bar\nfoo"
         assert "assistant" not in screen_text(app)
         assert engine.n_yielded == 4  # the engine was not asked for more
 
@@ -415,7 +418,7 @@ async def test_c16_split_chatml_stop_never_painted(monkeypatch: pytest.MonkeyPat
         await send(pilot, "hi")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == "I'll be happy to assist you."
+        assert app.session.messages()[-1]["content"] == "I'll be happy to assist you."
         assert "<|" not in "".join(painted)
         assert "<|" not in screen_text(app)
 
@@ -432,7 +435,7 @@ async def test_c17_plain_stop_string(pieces: list[str], expected: str) -> None:
         await send(pilot, "q")
         await finished(app, 1)
         await pilot.pause()
-        assert app.conversation[-1]["content"] == expected
+        assert app.session.messages()[-1]["content"] == expected
         assert "User:" not in screen_text(app)
 
 
@@ -451,7 +454,7 @@ async def test_c21_markup_lookalikes_shown_exactly() -> None:
         await pilot.pause()
         screen = screen_text(app)
         assert screen.count(C21) == 2, screen
-        assert app.conversation[-1]["content"] == C21
+        assert app.session.messages()[-1]["content"] == C21
 
 
 C22_PIECES = [
@@ -473,7 +476,7 @@ async def test_c22_escape_sequences_neutralised_but_kept_in_history() -> None:
         await finished(app, 1)
         await pilot.pause()
         raw = "".join(C22_PIECES)
-        assert app.conversation[-1]["content"] == raw  # history keeps the raw text
+        assert app.session.messages()[-1]["content"] == raw  # history keeps the raw text
         shown = screen_text(app)
         assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
         assert "\u241b" in screen_text(app)  # ESC shown as a visible symbol

@@ -6,8 +6,9 @@ from tests.conftest import fake_config
 from tests.helpers import reply_turns, screen_text
 from tests.test_app_stream import finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.ui.app import AssistantTurn, freeze_point, make_app
+from tui_chat.ui.app import make_app
 from tui_chat.ui.markdown_view import MarkdownView
+from tui_chat.ui.widgets.turns import AssistantTurn, freeze_point
 
 
 def test_cut_after_last_blank_line_outside_fences() -> None:
@@ -47,7 +48,7 @@ async def test_long_reply_freezes_into_chunks_and_keeps_every_character() -> Non
         assert len(frozen.segments) > 2  # it was frozen as it grew...
         assert max(len(seg) for seg in frozen.segments) < len(reply) / 2  # ...in pieces
         assert frozen.text + live.text == reply
-        assert turn.source == reply == app.conversation[-1]["content"]
+        assert turn.source == reply == app.session.messages()[-1]["content"]
         screen = screen_text(app)
         assert "print('x')" in screen and "```" not in screen and "**" not in screen
 

@@ -58,9 +58,9 @@ def test_c13_gemma_template_by_architecture_one_bos_and_a_reply(engine: LlamaEng
     messages: list[ChatMessage] = [{"role": "user", "content": "Name three colors."}]
     result = run_stream(engine, messages, PARAMS, CancelToken(), Collect())
     tokens = engine.last_prompt_tokens
-    bos = engine._llm.token_bos()
+    bos = engine.bos_token_id
     assert tokens[0] == bos and tokens.count(bos) == 1
-    text = engine._llm.detokenize(tokens, special=True).decode()
+    text = engine.detokenize(tokens)
     assert "<start_of_turn>user\nName three colors.<end_of_turn>\n<start_of_turn>model\n" in text
     assert result.text.strip(), "the bundled model must answer with text"
     assert "<end_of_turn>" not in result.text and "<start_of_turn>" not in result.text
@@ -72,7 +72,7 @@ def test_c20_turn_two_evaluates_only_new_tokens(engine: LlamaEngine, reply_1_tok
     params = SamplingParams(max_tokens=reply_1_tokens, seed=3)
     first = run_stream(engine, messages, params, CancelToken(), Collect())
     prompt_1 = list(engine.last_prompt_tokens)
-    kv_before = engine._llm.n_tokens  # prompt 1 + reply 1 tokens evaluated so far
+    kv_before = engine.n_cached_tokens  # prompt 1 + reply 1 tokens evaluated so far
     messages += [
         {"role": "assistant", "content": first.text},
         {"role": "user", "content": "And the sky?"},
@@ -80,7 +80,7 @@ def test_c20_turn_two_evaluates_only_new_tokens(engine: LlamaEngine, reply_1_tok
     sink = Collect()
     run_stream(engine, messages, SamplingParams(max_tokens=4, seed=3), CancelToken(), sink)
     prompt_2 = engine.last_prompt_tokens
-    glue = engine._tokenize(
+    glue = engine.tokenize(
         "<end_of_turn>\n<start_of_turn>user\nAnd the sky?<end_of_turn>\n<start_of_turn>model\n"
     )
     (prefill,) = sink.prefill
@@ -133,20 +133,20 @@ async def test_two_turn_chat_through_the_app() -> None:
     config = fake_config(sampling=SamplingParams(max_tokens=24, seed=11))
     app = make_app(config, engine)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(lambda: app.model_info is not None, 60)
+        await wait_for(lambda: app.session.model_info is not None, 60)
         await pilot.press(*"What is the sun?", "enter")
-        await wait_for(lambda: len(app.conversation) == 2, 60)
+        await wait_for(lambda: len(app.session.messages()) == 2, 60)
         await pilot.press(*"And the moon?", "enter")
-        await wait_for(lambda: len(app.conversation) == 4, 60)
+        await wait_for(lambda: len(app.session.messages()) == 4, 60)
         await pilot.pause()
-        replies = [m["content"] for m in app.conversation if m["role"] == "assistant"]
+        replies = [m["content"] for m in app.session.messages() if m["role"] == "assistant"]
         assert all(r.strip() for r in replies)
         screen = screen_text(app)
         assert "And the moon?" in screen
         assert "tok/s" in screen and "gemma-3-270m-q4_k_m" in screen
         assert "<end_of_turn>" not in screen and "<start_of_turn>" not in screen
-        stats = app.last_stats
-        assert stats is not None and stats.n_evaluated < stats.n_prompt_tokens
+        last = app.last_reply
+        assert last is not None and last.stats.n_evaluated < last.stats.n_prompt_tokens
 
 
 async def test_cancel_mid_reply_then_correct_next_turn_through_the_app() -> None:
@@ -154,28 +154,23 @@ async def test_cancel_mid_reply_then_correct_next_turn_through_the_app() -> None
     config = fake_config(sampling=SamplingParams(max_tokens=400, seed=5, repeat_penalty=1.0))
     app = make_app(config, engine)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(lambda: app.model_info is not None, 60)
+        await wait_for(lambda: app.session.model_info is not None, 60)
         await pilot.press(*"Write a long story about a dragon.", "enter")
         await wait_for(
-            lambda: (
-                app._current is not None
-                and app._current.stats is not None
-                and app._current.stats.n_tokens >= 10
-            ),
+            lambda: (stats := app.session.live_stats()) is not None and stats.n_tokens >= 10,
             60,
         )
         await pilot.press("escape")
-        await wait_for(lambda: len(app.conversation) == 2, 30)
-        partial = app.conversation[1]
+        await wait_for(lambda: len(app.session.messages()) == 2, 30)
+        partial = app.session.messages()[1]
         assert partial.get("interrupted") is True
         await pilot.pause()
         assert "interrupted" in screen_text(app)
         await pilot.press(*"Thanks.", "enter")
-        await wait_for(lambda: len(app.conversation) == 4, 60)
-        assert app.last_result is not None and app.last_result.reason in ("stop", "length")
-        prompt = engine._llm.detokenize(engine.last_prompt_tokens, special=True).decode(
-            "utf-8", "replace"
-        )
+        await wait_for(lambda: len(app.session.messages()) == 4, 60)
+        await wait_for(lambda: app.n_replies_shown == 2, 30)
+        assert app.last_reply is not None and app.last_reply.reason in ("stop", "length")
+        prompt = engine.detokenize(engine.last_prompt_tokens)
         assert partial["content"] in prompt  # the partial reply is in the context
         assert prompt.endswith("Thanks.<end_of_turn>\n<start_of_turn>model\n")
 
@@ -249,19 +244,19 @@ async def test_c18_prompt_larger_than_the_window_gets_a_clear_message() -> None:
     config = fake_config(sampling=SamplingParams(max_tokens=16, seed=1))
     app = make_app(config, engine)
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_for(lambda: app.model_info is not None, 60)
+        await wait_for(lambda: app.session.model_info is not None, 60)
         huge = "word " * 400
         app.query_one("#prompt").value = huge  # type: ignore[attr-defined]
         await pilot.press("enter")
-        await wait_for(lambda: app.last_result is not None, 60)
+        await wait_for(lambda: app.last_reply is not None, 60)
         await pilot.pause()
-        assert app.last_result is not None and app.last_result.reason == "error"
-        message = app.last_result.error or ""
+        assert app.last_reply is not None and app.last_reply.reason == "error"
+        message = app.last_reply.error or ""
         assert "context window is 256 tokens" in message and "needs" in message
-        assert app.conversation == []  # the unanswerable message is not left in context
+        assert app.session.messages() == []  # the unanswerable message is not left in context
         await pilot.press(*"Hi.", "enter")
-        await wait_for(lambda: len(app.conversation) == 2, 60)
-        assert app.last_result.reason in ("stop", "length")
+        await wait_for(lambda: app.n_replies_shown == 2, 60)
+        assert app.last_reply.reason in ("stop", "length")
 
 
 def test_c19_oldest_turns_dropped_to_fit_small_window() -> None:
@@ -281,9 +276,7 @@ def test_c19_oldest_turns_dropped_to_fit_small_window() -> None:
             assert sink.prefill[0].n_prompt_tokens + 80 <= 512 + 80
             messages.append({"role": "assistant", "content": result.text})
         assert trimmed[-1] > 0  # old turns were dropped...
-        text = engine._llm.detokenize(engine.last_prompt_tokens, special=True).decode(
-            "utf-8", "replace"
-        )
+        text = engine.detokenize(engine.last_prompt_tokens)
         assert "You are terse." in text  # ...but the system prompt was kept
         assert "Question 9" in text
     finally:

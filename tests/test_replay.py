@@ -14,9 +14,9 @@ from tui_chat.cli import main
 from tui_chat.config import Config
 from tui_chat.engine.base import CancelToken, EngineError, SamplingParams
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.engine.replay import ReplayEngine
 from tui_chat.engine.stream import StreamResult, run_stream
-from tui_chat.trace import Tracer
+from tui_chat.tracing.recorder import Tracer
+from tui_chat.tracing.replay import ReplayEngine
 from tui_chat.ui.app import ChatApp, make_app
 
 SIZE = (100, 30)
@@ -150,7 +150,7 @@ async def run_and_capture(
     """Send ``prompts`` one by one; return the replies and the final screen rows."""
     app = make_app(config, engine, trace)  # type: ignore[arg-type]
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(lambda: app.model_info is not None, 30)
+        await wait_for(lambda: app.session.model_info is not None, 30)
         for i, prompt in enumerate(prompts):
             await pilot.press(*prompt, "enter")
             await wait_for(replies_done(app, i + 1), 60)

@@ -19,13 +19,13 @@ from tui_chat.engine.base import (
     SamplingParams,
     TokenPiece,
 )
-from tui_chat.engine.replay import ReplayEngine
 from tui_chat.engine.stream import (
     STALL_MIN_EXCESS_MS,
     STALL_MIN_STEPS,
     StreamStats,
     run_stream,
 )
+from tui_chat.tracing.replay import ReplayEngine
 from tui_chat.ui.app import make_app
 
 
@@ -132,11 +132,11 @@ async def test_status_bar_warns_with_the_step_time() -> None:
     engine = StepEngine([20.0] * 30 + [750.0] + [20.0] * 3)
     app = make_app(fake_config(), engine)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(lambda: app.model_info is not None)
+        await wait_for(lambda: app.session.model_info is not None)
         status = app.query_one("#status")
         assert not status.has_class("-stall")
         await pilot.press("h", "i", "enter")
-        await wait_for(lambda: app.last_result is not None)
+        await wait_for(lambda: app.last_reply is not None)
         await pilot.pause()
         text = str(status.render())
         assert "stall: step 750 ms, median 20 ms" in text

@@ -11,7 +11,7 @@ from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
 from tests.test_app_stream import C22_PIECES, finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import HistoryError, Store
+from tui_chat.store import HistoryError, Store, open_store
 from tui_chat.ui.app import make_app
 
 
@@ -37,17 +37,23 @@ def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         Store(path)
 
 
-def test_not_a_database_is_refused(tmp_path: Path) -> None:
+def test_not_a_database_is_moved_aside_never_deleted(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
-    path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(HistoryError, match="cannot open"):
-        Store(path)
+    garbage = b"this is not sqlite" * 100
+    path.write_bytes(garbage)
+    opened = open_store(path)
+    assert opened.store is not None and opened.notice is not None
+    assert str(path) in opened.notice and "moved to" in opened.notice
+    (aside,) = tmp_path.glob("h.db.damaged-*")
+    assert aside.read_bytes() == garbage
+    assert opened.store.latest_conversation() is None  # a new, empty history
+    opened.store.close()
 
 
 async def test_c22_history_keeps_raw_text_and_reload_shows_it_safely(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     engine = FakeEngine([paced([*C22_PIECES, EOG], 50)])
-    app = make_app(fake_config(), engine, store=Store(path))
+    app = make_app(fake_config(), engine, history=path)
     async with app.run_test(size=(120, 30)) as pilot:
         await ready(app)
         await send(pilot, "say it")
@@ -58,11 +64,13 @@ async def test_c22_history_keeps_raw_text_and_reload_shows_it_safely(tmp_path: P
     assert cid is not None
     assert store.messages(cid)[-1]["content"] == raw
 
-    resumed = make_app(fake_config(resume=True), FakeEngine([paced(["next", EOG], 0)]), store=store)
+    resumed = make_app(
+        fake_config(resume=True), FakeEngine([paced(["next", EOG], 0)]), history=path
+    )
     async with resumed.run_test(size=(120, 30)) as pilot:
         await ready(resumed)
         await pilot.pause()
-        assert resumed.conversation[-1]["content"] == raw
+        assert resumed.session.messages()[-1]["content"] == raw
         screen = screen_text(resumed)
         assert "say it" in screen and "\u241b" in screen and "TITLE" in screen
         for strip in resumed.screen._compositor.render_strips():
@@ -73,23 +81,23 @@ async def test_c22_history_keeps_raw_text_and_reload_shows_it_safely(tmp_path: P
 async def test_resume_continues_the_saved_conversation(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     first = FakeEngine([paced(["word "] * 400, 100)])
-    app = make_app(fake_config(), first, store=Store(path))
+    app = make_app(fake_config(), first, history=path)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app)
         await send(pilot, "one")
         await wait_for(lambda: first.n_yielded >= 3)
         await pilot.press("escape")
         await finished(app, 1)
-        partial = app.conversation[-1]["content"]
+        partial = app.session.messages()[-1]["content"]
 
     second = FakeEngine([paced(["two-answer", EOG], 0)])
-    resumed = make_app(fake_config(resume=True), second, store=Store(path))
+    resumed = make_app(fake_config(resume=True), second, history=path)
     async with resumed.run_test(size=(100, 30)) as pilot:
         await ready(resumed)
         await pilot.pause()
         assert "interrupted" in screen_text(resumed)
         await send(pilot, "two")
-        await finished(resumed, 2)
+        await finished(resumed, 1)
         assert second.calls[0] == [
             {"role": "user", "content": "one"},
             {"role": "assistant", "content": partial, "interrupted": True},
@@ -106,7 +114,7 @@ async def test_resume_continues_the_saved_conversation(tmp_path: Path) -> None:
 async def test_quit_mid_reply_saves_the_partial_reply_as_interrupted(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     engine = FakeEngine([paced(["word "] * 1000, 100)])
-    app = make_app(fake_config(), engine, store=Store(path))
+    app = make_app(fake_config(), engine, history=path)
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(app)
         await send(pilot, "talk")

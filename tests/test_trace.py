@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import fake_config, wait_for
 from tui_chat.cli import main
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.trace import TraceFormatError, Tracer, load_trace, percentile
+from tui_chat.tracing.reader import TraceFormatError, load_trace
+from tui_chat.tracing.recorder import Tracer
+from tui_chat.tracing.report import percentile
 from tui_chat.ui.app import ChatApp, make_app
 
 SIZE = (100, 30)
@@ -36,7 +38,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 def replies_done(app: ChatApp, n: int) -> Callable[[], bool]:
     """A condition: the app holds at least ``n`` assistant replies."""
-    return lambda: sum(m["role"] == "assistant" for m in app.conversation) >= n
+    return lambda: sum(m["role"] == "assistant" for m in app.session.messages()) >= n
 
 
 async def record_app_trace(path: Path, n_replies: int = 2) -> list[str]:
@@ -47,12 +49,12 @@ async def record_app_trace(path: Path, n_replies: int = 2) -> list[str]:
     app = make_app(fake_config(render_interval_ms=40), engine, tracer)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(lambda: app.model_info is not None)
+            await wait_for(lambda: app.session.model_info is not None)
             for i in range(n_replies):
                 await pilot.press(*f"q{i}", "enter")
                 await wait_for(replies_done(app, i + 1))
             await pilot.pause()
-            replies = [m["content"] for m in app.conversation if m["role"] == "assistant"]
+            replies = [m["content"] for m in app.session.messages() if m["role"] == "assistant"]
     finally:
         tracer.close()
     return replies

@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui_chat.config import Config
-from tui_chat.engine.base import CancelToken, ChatMessage, Engine, EngineError, SamplingParams
+from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
 from tui_chat.paths import default_model_path, history_path, native_log_path
 
@@ -79,22 +78,49 @@ def build_parser() -> argparse.ArgumentParser:
             "Ctrl+L new chat, Ctrl+Q quit."
         ),
     )
-    p.add_argument("-m", "--model", type=Path, help="GGUF model file (default: the bundled "
-                   "Gemma 3 270M in models/)")
-    p.add_argument("-p", "--prompt", help="headless: print the reply to PROMPT on stdout and "
-                   "exit (also when a prompt arrives on stdin that is not a terminal)")
+    p.add_argument(
+        "-m",
+        "--model",
+        type=Path,
+        help="GGUF model file (default: the bundled Gemma 3 270M in models/)",
+    )
+    p.add_argument(
+        "-p",
+        "--prompt",
+        help="headless: print the reply to PROMPT on stdout and "
+        "exit (also when a prompt arrives on stdin that is not a terminal)",
+    )
     p.add_argument("--system", dest="system_prompt", help="system prompt")
-    p.add_argument("--n-ctx", type=_positive_int, default=4096, help="context window in "
-                   "tokens (default 4096)")
-    p.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload to the "
-                   "GPU; -1 = all (needs a CUDA build: make run CUDA=1). Default 0")
-    p.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for "
-                   "decoding (default: half the cores)")
-    p.add_argument("--n-batch", type=_positive_int, default=256, help="prompt tokens per "
-                   "batch; Esc during a prefill is honoured within one batch (default 256)")
-    p.add_argument("--chat-format", default=None, help="chat template: gemma, chatml, "
-                   "llama3, phi3, plain or jinja (default: the GGUF's template, else by "
-                   "architecture)")
+    p.add_argument(
+        "--n-ctx", type=_positive_int, default=4096, help="context window in tokens (default 4096)"
+    )
+    p.add_argument(
+        "--n-gpu-layers",
+        type=int,
+        default=0,
+        help="layers to offload to the "
+        "GPU; -1 = all (needs a CUDA build: make run CUDA=1). Default 0",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="CPU threads for decoding (default: half the cores)",
+    )
+    p.add_argument(
+        "--n-batch",
+        type=_positive_int,
+        default=256,
+        help="prompt tokens per "
+        "batch; Esc during a prefill is honoured within one batch (default 256)",
+    )
+    p.add_argument(
+        "--chat-format",
+        default=None,
+        help="chat template: gemma, chatml, "
+        "llama3, phi3, plain or jinja (default: the GGUF's template, else by "
+        "architecture)",
+    )
     p.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens)
     p.add_argument("--temperature", type=_non_negative_float, default=defaults.temperature)
     p.add_argument("--top-p", type=_unit_float, default=defaults.top_p)
@@ -102,19 +128,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-p", type=_unit_float, default=defaults.min_p)
     p.add_argument("--repeat-penalty", type=_non_negative_float, default=defaults.repeat_penalty)
     p.add_argument("--seed", type=int, default=defaults.seed, help="-1 = random")
-    p.add_argument("--resume", action="store_true", help="reopen the newest saved "
-                   "conversation")
-    p.add_argument("--no-history", action="store_true", help="do not save this chat (saved "
-                   f"chats live in {history_path()})")
-    p.add_argument("--render-interval-ms", type=_positive_int, default=80, help="paint the "
-                   "streaming reply every N ms (default 80)")
-    p.add_argument("--trace", type=Path, default=None, help="write a JSON-lines timeline of "
-                   "every token to FILE (summarise it with: tui-chat trace-report FILE)")
-    p.add_argument("--replay", type=Path, default=None, metavar="FILE", help="play a --trace "
-                   "file back through the app instead of a model: reply N of the trace "
-                   "answers message N")
-    p.add_argument("--replay-speed", type=_non_negative_float, default=1.0, metavar="X",
-                   help="replay time scale: 2 = twice as fast, 0 = no waiting (default 1)")
+    p.add_argument("--resume", action="store_true", help="reopen the newest saved conversation")
+    p.add_argument(
+        "--no-history",
+        action="store_true",
+        help=f"do not save this chat (saved chats live in {history_path()})",
+    )
+    p.add_argument(
+        "--render-interval-ms",
+        type=_positive_int,
+        default=80,
+        help="paint the streaming reply every N ms (default 80)",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="write a JSON-lines timeline of "
+        "every token to FILE (summarise it with: tui-chat trace-report FILE)",
+    )
+    p.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="play a --trace "
+        "file back through the app instead of a model: reply N of the trace "
+        "answers message N",
+    )
+    p.add_argument(
+        "--replay-speed",
+        type=_non_negative_float,
+        default=1.0,
+        metavar="X",
+        help="replay time scale: 2 = twice as fast, 0 = no waiting (default 1)",
+    )
     return p
 
 
@@ -148,7 +196,7 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
 
 
 def make_engine(config: Config) -> Engine:
-    """The llama.cpp engine for ``config`` (checks the model file first).
+    """The llama.cpp engine for ``config``; the model file is checked here, once.
 
     Raises:
         EngineError: the model file is missing, not a usable GGUF, or its weights
@@ -167,82 +215,33 @@ def make_engine(config: Config) -> Engine:
     if config.n_gpu_layers == 0:  # offloaded weights live in GPU memory instead
         check_fits_in_memory(header)
     return LlamaEngine(
-        path,
+        header,
         n_ctx=config.n_ctx,
         n_gpu_layers=config.n_gpu_layers,
         n_threads=config.threads,
         n_batch=config.n_batch,
         chat_format=config.chat_format,
+        log_path=native_log_path(),
     )
 
 
-def _say(text: str) -> None:
-    """One line to stderr; silently nothing if stderr is closed (case C12)."""
+def say(text: str) -> None:
+    """One line to stderr, sanitized (it may quote a path, a GGUF field or a server's
+    message); silently nothing if stderr is closed (case C12)."""
+    from tui_chat.sanitize import sanitize
+
     try:
-        print(f"tui-chat: {text}", file=sys.stderr, flush=True)
+        print(f"tui-chat: {sanitize(text)}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):
         pass
 
 
-def run_headless(
-    config: Config, engine: Engine, prompt: str, trace: TraceFn | None = None
-) -> int:
-    """Stream one reply to stdout as plain, sanitized text. Returns the exit status.
-
-    ``trace`` records the timeline (``--trace``).
-    """
-    from tui_chat.engine.stream import run_stream
-    from tui_chat.sanitize import sanitize
-
-    class _StdoutSink:
-        def on_prefill(self, event: object, stats: object) -> None:
-            pass
-
-        def on_text(self, text: str, stats: object) -> None:
-            sys.stdout.write(sanitize(text))
-            sys.stdout.flush()
-
-    try:
-        engine.load()
-    except EngineError as exc:
-        _say(str(exc))
-        return 2
-    messages: list[ChatMessage] = []
-    if config.system_prompt:
-        messages.append({"role": "system", "content": config.system_prompt})
-    messages.append({"role": "user", "content": prompt})
-    cancel = CancelToken()
-    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    try:
-        result = run_stream(engine, messages, config.sampling, cancel, _StdoutSink(), trace)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-    engine.close()
-    if result.reason == "error":
-        _say(result.error or "generation failed")
-        return 1
-    return 130 if result.reason == "cancelled" else 0
-
-
 def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int:
     """Run the Textual app; returns its exit status (2 if the model failed to load)."""
-    from tui_chat.store import HistoryError, Store
     from tui_chat.ui.app import make_app
 
-    store = None
-    if config.history:
-        try:
-            store = Store(history_path())
-        except HistoryError as exc:
-            _say(str(exc))
-            return 2
-    try:
-        return run_app(make_app(config, engine, trace, store))
-    finally:
-        if store is not None:
-            store.close()
+    history = history_path() if config.history else None
+    return run_app(make_app(config, engine, trace, history, handle_signals=True))
 
 
 def _draw_on_stdout_when_stderr_is_not_a_terminal() -> None:
@@ -276,9 +275,9 @@ def run_app(app: ChatApp) -> int:
     app.run()
     code = app.return_code or 0
     if app.load_error:
-        _say(app.load_error)
+        say(app.load_error)
         code = 2
-    if not app.engine_thread.join(timeout_s=0.25):
+    if not app.session.join(timeout_s=0.25):
         # The engine is inside a native call (a long prefill or decode step); the
         # terminal is already restored, so leave now rather than wait for it (C07).
         try:
@@ -292,14 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tui-chat`` command. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "trace-report":
-        from tui_chat.trace import trace_report_main
+        from tui_chat.tracing.report import trace_report_main
 
         return trace_report_main(argv[1:])
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)
     except UsageError as exc:
-        _say(f"{exc} (see tui-chat --help)")
+        say(f"{exc} (see tui-chat --help)")
         return 2
     if replay_path is not None:
         config.history = False  # a replay reproduces a session; it is not a new chat
@@ -311,30 +310,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             engine = _replay_engine(replay_path, replay_speed)
     except EngineError as exc:
-        _say(str(exc))
+        say(str(exc))
         return 2
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read().strip()
         if not prompt:
-            _say("no prompt on stdin")
+            say("no prompt on stdin")
             return 2
     if prompt is not None and not prompt.strip():
-        _say("the prompt is empty")
+        say("the prompt is empty")
         return 2
     if prompt is None and not sys.stdout.isatty():
-        _say("stdout is not a terminal; use -p PROMPT for plain-text output")
+        say("stdout is not a terminal; use -p PROMPT for plain-text output")
         return 2
     tracer = None
     if config.trace is not None:
-        from tui_chat.trace import Tracer
+        from tui_chat.tracing.recorder import Tracer
 
         try:
             tracer = Tracer(config.trace)
         except OSError as exc:
-            _say(f"cannot write the trace file: {exc}")
+            say(f"cannot write the trace file: {exc}")
             return 2
     try:
         if prompt is not None:
+            from tui_chat.headless import run_headless
+
             return run_headless(config, engine, prompt, tracer)
         return run_tui(config, engine, tracer)
     finally:
@@ -350,9 +351,9 @@ def _replay_options(argv: Sequence[str]) -> tuple[Path | None, float]:
 
 
 def _replay_engine(path: Path, speed: float) -> Engine:
-    """A :class:`~tui_chat.engine.replay.ReplayEngine`; bad files become EngineError."""
-    from tui_chat.engine.replay import ReplayEngine
-    from tui_chat.trace import TraceFormatError
+    """A :class:`~tui_chat.tracing.replay.ReplayEngine`; bad files become EngineError."""
+    from tui_chat.tracing.reader import TraceFormatError
+    from tui_chat.tracing.replay import ReplayEngine
 
     try:
         return ReplayEngine.from_file(path, speed=speed)

@@ -68,6 +68,8 @@ class ModelInfo:
         architecture: ``general.architecture`` from the GGUF header ("" if unknown).
         n_gpu_layers: layers offloaded to the GPU (0 on CPU builds).
         load_ms: wall time of the load in milliseconds.
+        warnings: one-line notices about the load for the user (the native log
+            could not be written, GPU offload asked of a build without it, ...).
     """
 
     name: str
@@ -76,6 +78,7 @@ class ModelInfo:
     architecture: str = ""
     n_gpu_layers: int = 0
     load_ms: float = 0.0
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,21 @@ class TokenPiece:
 
 
 EngineEvent = PrefillDone | TokenPiece
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted token, for engines that play a script or a recording.
+
+    Attributes:
+        at_s: seconds after decoding starts when the token is produced.
+        data: the token's raw bytes.
+        eog: an end-of-generation token (its bytes are ignored).
+    """
+
+    at_s: float
+    data: bytes = b""
+    eog: bool = False
 
 
 class EngineError(Exception):

@@ -1,6 +1,6 @@
 """A scripted engine for tests and benchmarks: token bytes at set times, no model.
 
-A script is a list of :class:`Step`: each yields raw token bytes (or an
+A script is a list of :class:`~tui_chat.engine.base.Step`: each yields raw token bytes (or an
 end-of-generation token) at a time relative to the start of decoding, so tests can
 split UTF-8 characters and stop strings across pieces exactly as llama.cpp does, and
 pace the stream like a real model. It behaves like :class:`~tui_chat.engine.llama.LlamaEngine`
@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 from tui_chat.engine.base import (
     CancelToken,
@@ -23,24 +22,9 @@ from tui_chat.engine.base import (
     ModelInfo,
     PrefillDone,
     SamplingParams,
+    Step,
     TokenPiece,
 )
-
-
-@dataclass(frozen=True)
-class Step:
-    """One scripted token.
-
-    Attributes:
-        at_s: seconds after decoding starts when the token is produced.
-        data: the token's raw bytes.
-        eog: an end-of-generation token (its bytes are ignored).
-    """
-
-    at_s: float
-    data: bytes = b""
-    eog: bool = False
-
 
 EOG = object()
 """Put in :func:`paced` input to produce an end-of-generation token."""

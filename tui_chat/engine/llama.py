@@ -35,7 +35,7 @@ from tui_chat.engine.base import (
     SamplingParams,
     TokenPiece,
 )
-from tui_chat.engine.modelfile import ModelFileError, check_model_file
+from tui_chat.engine.modelfile import ModelFileError, ModelHeader, check_model_file
 from tui_chat.engine.templates import ChatTemplate, choose_template
 
 
@@ -43,7 +43,9 @@ class LlamaEngine:
     """llama-cpp-python engine for one GGUF model.
 
     Args:
-        model_path: path to a GGUF file.
+        model: a GGUF file already checked by
+            :func:`~tui_chat.engine.modelfile.check_model_file` (the CLI checks it
+            once, before anything loads), or a path, checked by :meth:`load`.
         n_ctx: context window in tokens.
         n_gpu_layers: layers to offload to the GPU; -1 offloads all (CUDA builds only,
             a CPU build ignores it).
@@ -52,12 +54,14 @@ class LlamaEngine:
         n_batch: prompt tokens evaluated per batch; also the cancel granularity of a
             prefill.
         chat_format: ``--chat-format`` override, or None to choose automatically.
-        log_path: where native logs go (see :mod:`tui_chat.engine.native_log`).
+        log_path: the file llama.cpp's native log lines go to (see
+            :mod:`tui_chat.engine.native_log`); None keeps them in memory only. They
+            never reach the terminal either way.
     """
 
     def __init__(
         self,
-        model_path: str | Path,
+        model: ModelHeader | str | Path,
         *,
         n_ctx: int = 4096,
         n_gpu_layers: int = 0,
@@ -66,7 +70,8 @@ class LlamaEngine:
         chat_format: str | None = None,
         log_path: Path | None = None,
     ) -> None:
-        self.model_path = Path(model_path)
+        self._header = model if isinstance(model, ModelHeader) else None
+        self.model_path = model.path if isinstance(model, ModelHeader) else Path(model)
         self.n_ctx = n_ctx
         self.n_gpu_layers = n_gpu_layers
         self.n_threads = n_threads
@@ -93,11 +98,18 @@ class LlamaEngine:
 
     def load(self) -> ModelInfo:
         """Load the GGUF (seconds). Raises :class:`EngineError` with a clear message."""
-        header = check_model_file(self.model_path)
+        header = self._header or check_model_file(self.model_path)
         from tui_chat.engine import native_log
-        from tui_chat.paths import native_log_path
 
-        native_log.install(self.log_path or native_log_path())
+        warnings: list[str] = []
+        try:
+            native_log.install(self.log_path)
+        except OSError as exc:
+            native_log.install(None)
+            warnings.append(
+                f"llama.cpp's log cannot be written to {self.log_path}: "
+                f"{exc.strerror or exc}; it is kept in memory only"
+            )
         import llama_cpp
 
         t0 = time.perf_counter()
@@ -137,6 +149,7 @@ class LlamaEngine:
             architecture=header.architecture,
             n_gpu_layers=offloaded,
             load_ms=(time.perf_counter() - t0) * 1000,
+            warnings=tuple(warnings),
         )
         return self._info
 
@@ -198,6 +211,26 @@ class LlamaEngine:
     def _tokenize(self, text: str) -> list[int]:
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of prompt text (no BOS added; turn markers become their special
+        tokens). Engine thread only."""
+        return self._tokenize(text)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Text of token ids, special tokens spelled out (invalid UTF-8 replaced)."""
+        data: bytes = self._llm.detokenize(list(tokens), special=True)
+        return data.decode("utf-8", "replace")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The BOS token id the model wants at the start of a prompt, or None."""
+        return self._bos
+
+    @property
+    def n_cached_tokens(self) -> int:
+        """Tokens in the KV cache (prompt and reply tokens evaluated so far)."""
+        return int(self._llm.n_tokens) if self._llm is not None else 0
+
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[str, list[int]]:
         """Render and tokenise a conversation: exactly one BOS (if the model wants one)."""
         assert self._template is not None
@@ -208,9 +241,7 @@ class LlamaEngine:
             tokens = ([self._bos] if self._bos is not None else []) + self._tokenize(text)
         return text, tokens
 
-    def _fit(
-        self, messages: Sequence[ChatMessage], max_tokens: int
-    ) -> tuple[str, list[int], int]:
+    def _fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> tuple[str, list[int], int]:
         """Drop the oldest turns (keeping system messages) until the prompt fits."""
         reserve = min(max_tokens, self.n_ctx // 4)
         msgs = list(messages)
@@ -219,9 +250,7 @@ class LlamaEngine:
             text, tokens = self.prompt_tokens(msgs)
             if len(tokens) + reserve <= self.n_ctx:
                 return text, tokens, dropped
-            idx = next(
-                (i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None
-            )
+            idx = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
             if idx is None:
                 raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
             del msgs[idx]

@@ -13,6 +13,10 @@ llama-cpp-python's ``verbose=False`` also swaps file descriptors 1 and 2 for
 which Textual draws on stderr, while the model loads in its thread, and it raises
 ``OSError`` when stderr is closed (case C12). :func:`install` replaces it with a
 no-op: with our callback in place there is nothing left to suppress.
+
+The file is kept per run and capped (issue 7: it grew by 135 KB per start, forever):
+each run starts a new file, the previous run's moves to ``<name>.1`` (the one before
+is dropped), and a run writes at most :data:`MAX_LOG_BYTES`, then one line saying so.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ _recent: collections.deque[str] = collections.deque(maxlen=200)
 _file: TextIO | None = None
 _callback: Any = None  # keeps the ctypes callback alive for the process lifetime
 _path: Path | None = None
+_written = 0
+
+MAX_LOG_BYTES = 2 * 1024 * 1024
+"""Most bytes of native log one run writes (the model load takes about 135 KB)."""
 
 
 class _NoRedirect:
@@ -43,15 +51,22 @@ class _NoRedirect:
         return None
 
 
-def install(path: Path) -> Path:
-    """Send all llama.cpp log lines to ``path`` (appended). Idempotent.
+def install(path: Path | None) -> Path | None:
+    """Send all llama.cpp log lines to ``path``, never to the terminal. Idempotent.
 
-    Must run before the first ``llama_cpp.Llama`` is made. Imports ``llama_cpp``.
+    The first call of a process starts a new file (the previous one is kept as
+    ``<name>.1``); None keeps the lines in memory only (:func:`recent_lines`). Must run
+    before the first ``llama_cpp.Llama`` is made. Imports ``llama_cpp``.
 
     Returns:
-        The log file path.
+        The log file path, or None.
+
+    Raises:
+        OSError: the file or its folder cannot be created or written (a regular file
+            where the folder should be, no permission: replay case C27). The log
+            callback is still not installed then: call again with None.
     """
-    global _file, _callback, _path
+    global _file, _callback, _path, _written
     import llama_cpp
     import llama_cpp._internals
     import llama_cpp.llama
@@ -59,23 +74,33 @@ def install(path: Path) -> Path:
     with _lock:
         if _callback is not None and _path == path:
             return path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        new_file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() and path != _path:
+                path.replace(path.with_name(path.name + ".1"))
+            new_file = open(path, "w", encoding="utf-8", errors="replace", buffering=1)
         if _file is not None:
             _file.close()
-        _file = open(path, "a", encoding="utf-8", errors="replace", buffering=1)
-        _path = path
+        _file, _path, _written = new_file, path, 0
+        if _callback is not None:
+            return path
 
         @llama_cpp.llama_log_callback
         def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             # Never raise here: an exception in a ctypes callback is printed to stderr,
             # which is what this module exists to prevent (at interpreter exit the
             # file may already be closed while llama.cpp still logs its teardown).
+            global _written
             try:
                 line = text.decode("utf-8", errors="replace")
                 with _lock:
                     _recent.append(line)
-                    if _file is not None and not _file.closed:
+                    if _file is not None and not _file.closed and _written < MAX_LOG_BYTES:
+                        _written += len(line)
                         _file.write(line)
+                        if _written >= MAX_LOG_BYTES:
+                            _file.write(f"\n[tui-chat: log capped at {MAX_LOG_BYTES} bytes]\n")
             except Exception:
                 pass
 

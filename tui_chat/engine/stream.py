@@ -69,7 +69,9 @@ class StreamStats:
         n_prompt_tokens: prompt length in tokens.
         n_evaluated: prompt tokens evaluated (not reused from the KV cache).
         prefill_ms: prompt evaluation time in milliseconds.
+        trimmed_messages: oldest messages left out of the prompt to fit ``n_ctx``.
         step_ms: duration of each decode step in milliseconds.
+        stalls: the decode steps that stalled (see :meth:`add_step`).
     """
 
     started_at: float = field(default_factory=time.perf_counter)
@@ -104,6 +106,19 @@ class StreamStats:
         self.step_ms.append(step_ms)
         return stall
 
+    def snapshot(self) -> StatsSnapshot:
+        """A frozen copy of the numbers (safe to hand to another thread)."""
+        return StatsSnapshot(
+            ttft_ms=self.ttft_ms,
+            decode_tokens_per_s=self.decode_tokens_per_s,
+            prefill_tokens_per_s=self.prefill_tokens_per_s,
+            n_prompt_tokens=self.n_prompt_tokens,
+            n_evaluated=self.n_evaluated,
+            n_tokens=self.n_tokens,
+            trimmed_messages=self.trimmed_messages,
+            last_stall=self.stalls[-1] if self.stalls else None,
+        )
+
     @property
     def last_stall(self) -> Stall | None:
         """The latest stall of this reply, or None."""
@@ -130,6 +145,32 @@ class StreamStats:
         if self.prefill_ms <= 0 or self.n_evaluated <= 0:
             return None
         return self.n_evaluated / (self.prefill_ms / 1000)
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """The numbers of :class:`StreamStats` at one moment, for the UI (a frozen copy:
+    the live object belongs to the engine thread).
+
+    Attributes:
+        ttft_ms: time to first token in ms, None before it.
+        decode_tokens_per_s: decode speed, None before two tokens.
+        prefill_tokens_per_s: prompt tokens evaluated per second, None if unknown.
+        n_prompt_tokens: prompt length in tokens.
+        n_evaluated: prompt tokens evaluated (not reused from the KV cache).
+        n_tokens: reply tokens so far.
+        trimmed_messages: oldest messages left out to fit the context window.
+        last_stall: the latest stall of the reply, or None.
+    """
+
+    ttft_ms: float | None = None
+    decode_tokens_per_s: float | None = None
+    prefill_tokens_per_s: float | None = None
+    n_prompt_tokens: int = 0
+    n_evaluated: int = 0
+    n_tokens: int = 0
+    trimmed_messages: int = 0
+    last_stall: Stall | None = None
 
 
 @dataclass
@@ -162,14 +203,16 @@ class StreamSink(Protocol):
 
 
 class TokenBuffer:
-    """A lock-protected text buffer between the engine thread and the UI loop.
+    """A lock-protected text buffer between the engine thread and its reader.
 
-    The engine appends (never waits for painting); the UI drains on its paint timer.
-    Each append records the time it was produced so paints can measure staleness.
+    The engine appends (never waits for painting); the UI drains on its paint timer,
+    headless mode waits for text with :meth:`wait`. Each append records the time it
+    was produced so paints can measure staleness.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._parts: list[str] = []
         self._oldest: float | None = None
 
@@ -179,6 +222,7 @@ class TokenBuffer:
             if not self._parts:
                 self._oldest = time.perf_counter() if now is None else now
             self._parts.append(text)
+            self._ready.notify()
 
     def drain(self) -> tuple[str, float | None]:
         """Take everything: (text, perf_counter of the oldest part, or None if empty)."""
@@ -186,6 +230,13 @@ class TokenBuffer:
             text, oldest = "".join(self._parts), self._oldest
             self._parts, self._oldest = [], None
             return text, oldest
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for text; True if there is some."""
+        with self._lock:
+            if not self._parts:
+                self._ready.wait(timeout_s)
+            return bool(self._parts)
 
 
 def run_stream(

@@ -1,41 +1,53 @@
-"""ChatApp: wiring between the input, the conversation view and the engine thread.
+"""ChatApp: wiring between the keys, the conversation view and a :class:`ChatSession`.
 
-Token path: engine thread -> :class:`~tui_chat.engine.stream.TokenBuffer` -> paint timer
-(every ``render_interval_ms``) -> ``sanitize`` -> ``MarkdownStream`` of the live reply.
-The first text of a reply is painted at once (a :class:`FirstText` message). The event
-loop never runs model code and the engine thread never waits for a paint.
+The app forwards keys to the session (send, stop, new chat, quit) and paints what the
+session reports (:class:`~tui_chat.ui.messages.SessionUpdate`). Token path: engine
+thread -> the reply's :class:`~tui_chat.engine.stream.TokenBuffer` -> paint timer
+(every ``render_interval_ms``) -> :meth:`AssistantTurn.paint`. The first text of a
+reply is painted at once (a ``FirstText`` event). The event loop never runs model code
+and never touches the history database; the engine thread never waits for a paint.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
-import sqlite3
+import signal
 import time
 from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
-from textual.reactive import reactive
-from textual.widget import Widget
-from textual.widgets import Footer, Input, Static
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Static
 
 from tui_chat.config import Config
-from tui_chat.engine.base import ChatMessage, Engine, ModelInfo
-from tui_chat.engine.stream import StreamResult, StreamStats, TraceFn
+from tui_chat.engine.base import ChatMessage, Engine
+from tui_chat.engine.stream import TraceFn
 from tui_chat.sanitize import sanitize
-from tui_chat.store import Store
-from tui_chat.ui.engine_thread import EngineThread, ReplyRequest
-from tui_chat.ui.markdown_view import MarkdownView
-from tui_chat.ui.messages import (
-    EngineLoaded,
-    EngineLoadFailed,
+from tui_chat.session import (
+    ChatSession,
     FirstText,
+    HistoryOpened,
+    ModelLoaded,
+    ModelLoadFailed,
+    Notice,
     PrefillFinished,
     ReplyFinished,
+    ReplyStarted,
+    SessionEvent,
+)
+from tui_chat.ui.messages import SessionUpdate
+from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.status import StatusBar
+from tui_chat.ui.widgets.turns import (
+    EMPTY_NOTE,
+    INTERRUPTED_NOTE,
+    AssistantTurn,
+    UserTurn,
+    note_for,
 )
 
 # Finished turns beyond this many are unmounted (they stay in the conversation and the
@@ -44,159 +56,20 @@ from tui_chat.ui.messages import (
 # 10 to turn 200, issue 3's bench).
 MAX_MOUNTED_TURNS = 40
 
-
-class StatusBar(Widget):
-    """One line of status; a change repaints this line only, never the layout.
-
-    ``Static.update`` asks for a layout of the whole screen, and the status changes on
-    every paint tick while a reply streams.
-    """
-
-    DEFAULT_CSS = """
-    StatusBar {
-        height: 1;
-        width: 1fr;
-    }
-    """
-
-    text: reactive[str] = reactive("", layout=False)
-
-    def render(self) -> Content:
-        return Content(self.text)
-
-
-class UserTurn(Static):
-    """The user's message, shown verbatim (``markup=False``)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(sanitize(text), markup=False, classes="turn user")
-
-
-# A live reply re-renders only its tail: once the tail passes this many characters, the
-# blocks before its last block boundary are frozen (appended, rendered once, to the
-# reply's frozen view). A paint then costs in proportion to the tail, not the whole
-# reply, and a reply is two widgets instead of Textual's one widget per Markdown block
-# (whose layout cost grew with the reply: about 200 ms per frame at 4k tokens of
-# Markdown-heavy text, issue 3's bench).
-FREEZE_CHARS = 600
-
-_FENCES = ("```", "~~~")
-
-
-def freeze_point(source: str) -> tuple[int, str, str]:
-    """Where to cut a growing Markdown source so the head renders the same on its own.
-
-    Returns ``(cut, head_suffix, tail_prefix)``: the head is ``source[:cut] +
-    head_suffix``, the new live tail is ``tail_prefix + source[cut:]``. ``cut`` is 0
-    when there is no safe place. The preferred cut is just after the last blank line
-    outside a code fence (a block boundary). Inside a long code fence the cut falls on
-    the last line boundary, and the fence is closed in the head and opened again, with
-    the same info string, in the tail.
-    """
-    cut = 0
-    fence: str | None = None
-    fence_opener = ""
-    fence_line_end = 0
-    pos = 0
-    for line in source.splitlines(keepends=True):
-        end = pos + len(line)
-        if not line.endswith("\n"):
-            break  # the last line is still being written
-        stripped = line.strip()
-        if fence is None:
-            marker = next((f for f in _FENCES if stripped.startswith(f)), None)
-            if marker is not None:
-                fence, fence_opener = marker, stripped
-            elif not stripped:
-                cut = end
-        elif stripped.startswith(fence) and stripped.strip(fence[0]) == "":
-            fence = None
-        else:
-            fence_line_end = end
-        pos = end
-    if fence is not None and fence_line_end > cut:
-        return fence_line_end, fence + "\n", fence_opener + "\n"
-    return cut, "", ""
-
-
-def _note_for(message: ChatMessage) -> str | None:
-    return "⏹ interrupted" if message.get("interrupted") else None
-
-
-class AssistantTurn(Vertical):
-    """One reply: the frozen blocks and a live tail while it streams (two widgets).
-
-    Args:
-        final_text: build an already finished turn (a reloaded conversation).
-        note: a line under a finished turn ("interrupted").
-    """
-
-    def __init__(self, final_text: str | None = None, note: str | None = None) -> None:
-        super().__init__(classes="turn assistant")
-        self.final_text = final_text
-        self._note = note
-        self._raw: list[str] = []  # every painted piece, as the model wrote it
-        self._tail = ""  # Markdown of the live tail (may start with a reopened fence)
-        self._frozen = MarkdownView(classes="frozen")
-        self._live = MarkdownView(classes="live")
-
-    @property
-    def source(self) -> str:
-        """The Markdown painted so far (raw model text, before sanitizing)."""
-        if self.final_text is not None:
-            return self.final_text
-        return "".join(self._raw)
-
-    def compose(self) -> ComposeResult:
-        if self.final_text is None:
-            yield self._frozen
-            yield self._live
-            return
-        yield MarkdownView(self.final_text, classes="final")
-        if self._note:
-            yield Static(self._note, markup=False, classes="note")
-
-    def paint(self, text: str) -> None:
-        """Append ``text`` (raw model text) and re-render the live tail only."""
-        self._raw.append(text)
-        self._tail += text
-        if len(self._tail) > FREEZE_CHARS:
-            cut, head_suffix, tail_prefix = freeze_point(self._tail)
-            if cut:
-                head = self._tail[:cut]
-                self._tail = tail_prefix + self._tail[cut:]
-                self._frozen.append_segment(head + head_suffix)
-                self._frozen.add_class("-filled")
-        self._live.set_text(self._tail)
-
-    async def finish(self, final_text: str, note: str | None) -> None:
-        """Show the finished reply and its note ("interrupted").
-
-        The live tail is already a full render of its blocks, and each frozen segment of
-        its own: the end of a reply costs one more render of the tail only, however
-        long the reply (a full re-render of a 16 kB reply blocked the loop ~100 ms).
-        The final text may be shorter than what was painted (whitespace before a stop
-        string is dropped); any other difference is rendered again in full.
-        """
-        painted = self.source
-        dropped = len(painted) - len(final_text)
-        if final_text == painted or (
-            painted.startswith(final_text)
-            and not painted[len(final_text) :].strip()
-            and dropped <= len(self._tail)
-        ):
-            self._tail = self._tail[: len(self._tail) - dropped]
-            self._live.set_text(self._tail)
-        else:
-            await self.remove_children()
-            await self.mount(MarkdownView(final_text, classes="final"))
-        if note:
-            await self.mount(Static(note, markup=False, classes="note"))
-        self.final_text = final_text
+CLOSE_TIMEOUT_S = 0.6
+"""At exit, the longest wait for the reply in flight and the history to be saved
+(the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
 
 
 class ChatApp(App[int]):
-    """The chat application. Build it with :func:`make_app`."""
+    """The chat application. Build it with :func:`make_app`.
+
+    Attributes:
+        session: the conversation (UI-free); the app only forwards keys to it.
+        load_error: why the model failed to load, or None.
+        last_reply: the last reply the app has finished showing (its final event).
+        n_replies_shown: how many replies the app has finished showing.
+    """
 
     CSS_PATH = "app.tcss"
     TITLE = "tui-chat"
@@ -206,6 +79,7 @@ class ChatApp(App[int]):
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+l", "clear", "New chat"),
+        Binding("ctrl+z", "suspend_process", "Suspend", show=False),
     ]
 
     def __init__(
@@ -213,39 +87,37 @@ class ChatApp(App[int]):
         config: Config,
         engine: Engine,
         trace: TraceFn | None = None,
-        store: Store | None = None,
+        history: Path | None = None,
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
         self.config = config
-        self.engine = engine
         self._trace = trace
-        self.engine_thread = EngineThread(self, engine, trace)
-        self.store = store
-        self.conversation_id: int | None = None
-        self.conversation: list[ChatMessage] = []
-        if store is not None and config.resume:
-            self.conversation_id = store.latest_conversation()
-            if self.conversation_id is not None:
-                self.conversation = store.messages(self.conversation_id)
-        if config.system_prompt and not self.conversation:
-            self.conversation.append({"role": "system", "content": config.system_prompt})
-        self.model_info: ModelInfo | None = None
-        self.state = "loading"
+        self._handle_signals = handle_signals
+        self.session = ChatSession(
+            engine,
+            self._on_session_event,
+            params=config.sampling,
+            system_prompt=config.system_prompt,
+            history=history,
+            resume=config.resume,
+            trace=trace,
+        )
         self.load_error: str | None = None
-        self._queued: list[str] = []
-        self._current: ReplyRequest | None = None
-        self._current_turn: AssistantTurn | None = None
-        self._next_reply_id = 0
+        self.last_reply: ReplyFinished | None = None
+        self.n_replies_shown = 0
+        self._user_turns: dict[int, UserTurn] = {}
+        self._reply_turns: dict[int, AssistantTurn] = {}
+        self._live: tuple[int, AssistantTurn] | None = None
         self._unmounted = 0  # turns taken off the screen to bound the widget tree
-        self.last_stats: StreamStats | None = None
-        self.last_result: StreamResult | None = None
-        self.paint_count = 0
+        self._session_closing: asyncio.Task[None] | None = None
+        self._status = StatusBar(id="status")
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="conversation")
-        yield StatusBar(id="status")
-        yield Input(placeholder="Type a message, Enter to send", id="prompt")
+        yield self._status
+        yield PromptInput(placeholder="Type a message, Enter to send", id="prompt")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -256,131 +128,105 @@ class ChatApp(App[int]):
             # footer's key labels bright red on bright black, equally light in xterm's
             # palette (contrast 1.0, unreadable). Textual's ANSI theme is made for this.
             self.theme = "ansi-dark"
+        self.query_one("#conversation", VerticalScroll).anchor()
+        self.query_one("#prompt", PromptInput).focus()
+        self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
+        self._update_status()
+        if self._handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(signum, self._on_signal, signum)
+        self.session.start()
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        """The session's listener: any thread; posting never waits."""
+        self.post_message(SessionUpdate(event))
+
+    # ------------------------------------------------------------ session events
+    async def on_session_update(self, message: SessionUpdate) -> None:
+        event = message.event
+        if not self._status.is_attached:
+            return  # the app is closing: the engine thread finishing a cancelled reply
+        if isinstance(event, FirstText):
+            await self._paint_tick()
+        elif isinstance(event, ReplyStarted):
+            await self._reply_started(event)
+        elif isinstance(event, ReplyFinished):
+            await self._reply_finished(event)
+        elif isinstance(event, PrefillFinished):
+            self._update_status()
+        elif isinstance(event, ModelLoaded):
+            # Everything made so far (Textual, the model's Python objects) lives as long
+            # as the app: move it out of the cyclic GC's reach, so a full collection
+            # during a reply scans only what the reply made (they showed as 50 ms frames).
+            gc.freeze()
+            self._update_status()
+        elif isinstance(event, ModelLoadFailed):
+            self.load_error = event.error
+            self.exit(return_code=2)
+        elif isinstance(event, HistoryOpened):
+            await self._show_history(event.messages)
+        elif isinstance(event, Notice):
+            self.notify(sanitize(event.text), severity=event.severity, markup=False)
+
+    async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
         view = self.query_one("#conversation", VerticalScroll)
-        shown = [m for m in self.conversation if m["role"] != "system"]
+        shown = [m for m in messages if m["role"] != "system"]
         self._unmounted = max(0, len(shown) - MAX_MOUNTED_TURNS)
         if self._unmounted:
             self._show_unmounted(view)
-        view.mount_all(
+        await view.mount_all(
             UserTurn(m["content"])
             if m["role"] == "user"
-            else AssistantTurn(m["content"], _note_for(m))
+            else AssistantTurn(m["content"], note_for(m))
             for m in shown[-MAX_MOUNTED_TURNS:]
         )
-        view.anchor()
-        self.query_one("#prompt", Input).focus()
-        self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
-        self._update_status()
-        self.engine_thread.start()
 
-    # ------------------------------------------------------------ engine events
-    def on_engine_loaded(self, message: EngineLoaded) -> None:
-        # Everything made so far (Textual, the model's Python objects) lives as long as
-        # the app: move it out of the cyclic GC's reach, so a full collection during a
-        # reply scans only what the reply made (they showed as 50 ms frames).
-        gc.freeze()
-        self.model_info = message.info
-        self.state = "ready"
-        self._update_status()
-        self._start_next()
-
-    def on_engine_load_failed(self, message: EngineLoadFailed) -> None:
-        self.load_error = message.error
-        self.state = "error"
-        self.exit(return_code=2)
-
-    def on_prefill_finished(self, message: PrefillFinished) -> None:
-        if message.stats.trimmed_messages:
-            self.notify(
-                f"Context window full: the {message.stats.trimmed_messages} oldest "
-                "messages were left out of this prompt.",
-                severity="warning",
-                markup=False,
-            )
+    async def _reply_started(self, event: ReplyStarted) -> None:
+        user_turn = self._user_turns.pop(event.message_id, None)
+        if user_turn is not None:
+            user_turn.remove_class("-queued")
+        turn = AssistantTurn()
+        self._live = (event.reply_id, turn)
+        await self._mount_turn(turn)
         self._update_status()
 
-    async def on_first_text(self, message: FirstText) -> None:
-        await self._paint_tick()
-
-    async def on_reply_finished(self, message: ReplyFinished) -> None:
-        request, turn = self._current, self._current_turn
-        if request is None or turn is None or request.reply_id != message.reply_id:
+    async def _reply_finished(self, event: ReplyFinished) -> None:
+        live = self._live
+        if live is None or live[0] != event.reply_id:
             return
         await self._paint_tick()
-        result = message.result
-        self.last_result = result
-        self.last_stats = result.stats
+        turn = live[1]
         note = None
-        if result.reason == "cancelled":
-            note = "⏹ interrupted"
-        elif result.reason == "error":
-            note = f"⚠ {result.error}"
-        elif result.reason == "length" and result.stats.n_tokens:
+        if event.reason == "cancelled":
+            note = INTERRUPTED_NOTE
+        elif event.reason == "error":
+            note = f"⚠ {event.error}"
+        elif event.empty:
+            note = EMPTY_NOTE
+        elif event.reason == "length" and event.stats.n_tokens:
             note = "… reply cut at the token limit"
-        await turn.finish(result.text, note)
-        if result.text or result.reason != "error":
-            reply: ChatMessage = {"role": "assistant", "content": result.text}
-            if result.reason == "cancelled":
-                reply["interrupted"] = True
-            self._append(reply)
-        else:
-            # Nothing was produced: drop the unanswered user message from the
-            # context so the next turn is not two user messages in a row.
-            self.conversation.pop()
-        self._current = None
-        self._current_turn = None
-        self.state = "interrupted" if result.reason == "cancelled" else "ready"
-        if result.reason == "error":
-            self.notify(result.error or "error", severity="error", markup=False)
+        if event.empty and event.reason == "cancelled":
+            note = f"{INTERRUPTED_NOTE} before any text"
+        self._live = None
+        await turn.finish(event.text, sanitize(note) if note else None)
+        if event.reason == "error":
+            self.notify(sanitize(event.error or "error"), severity="error", markup=False)
+        self.last_reply = event
+        self.n_replies_shown += 1
         self._update_status()
-        self._start_next()
 
     # ------------------------------------------------------------- user input
-    async def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
+    async def on_prompt_input_sent(self, event: PromptInput.Sent) -> None:
+        text = event.text.strip()
         if not text:
             return
-        event.input.value = ""
-        await self._mount_turn(UserTurn(text))
-        self._queued.append(text)
-        self._start_next()
-
-    def _start_next(self) -> None:
-        if self._current is not None or not self._queued or self.model_info is None:
-            return
-        text = self._queued.pop(0)
-        self._append({"role": "user", "content": text})
-        self._next_reply_id += 1
-        request = ReplyRequest(
-            reply_id=self._next_reply_id,
-            # A new list of the same messages: a message is never changed once in the
-            # conversation, so the engine thread may read them while the UI goes on.
-            messages=list(self.conversation),
-            params=self.config.sampling,
-        )
-        self._current = request
-        turn = AssistantTurn()
-        self._current_turn = turn
-        self.call_later(self._mount_turn, turn)
-        self.state = "generating"
-        self._update_status()
-        self.engine_thread.submit(request)
-
-    def _append(self, message: ChatMessage) -> None:
-        """Add a message to the conversation and to the saved history."""
-        self.conversation.append(message)
-        if self.store is None:
-            return
-        try:
-            if self.conversation_id is None:
-                model = self.model_info.name if self.model_info else ""
-                self.conversation_id = self.store.new_conversation(model)
-                for earlier in self.conversation[:-1]:
-                    self.store.add_message(self.conversation_id, earlier)
-            self.store.add_message(self.conversation_id, message)
-        except sqlite3.Error as exc:
-            self.store = None
-            self.notify(f"History not saved from now on: {exc}", severity="error", markup=False)
+        queued = self.session.busy or self.session.model_info is None
+        turn = UserTurn(text, queued=queued)
+        message_id = self.session.submit(text)
+        if queued:
+            self._user_turns[message_id] = turn
+        await self._mount_turn(turn)
 
     async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
         view = self.query_one("#conversation", VerticalScroll)
@@ -395,7 +241,7 @@ class ChatApp(App[int]):
     def _show_unmounted(self, view: VerticalScroll) -> None:
         """Say at the top how many earlier messages are not shown."""
         text = f"… {self._unmounted} earlier messages are not shown (they stay in the context"
-        text += " and the saved history)" if self.store is not None else ")"
+        text += " and the saved history)" if self.session.storage is not None else ")"
         labels = view.query(".earlier")
         if labels:
             labels.first(Static).update(text)
@@ -404,45 +250,23 @@ class ChatApp(App[int]):
 
     # -------------------------------------------------------------- painting
     async def _paint_tick(self) -> None:
-        request, turn = self._current, self._current_turn
-        if request is None or turn is None or not turn.is_mounted:
-            return
-        text, oldest = request.buffer.drain()
-        if text:
-            self.paint_count += 1
-            turn.paint(text)
-            if self._trace is not None:
-                staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
-                self._trace("painted", chars=len(text), staleness_ms=staleness)
+        live = self._live
+        if live is not None and live[1].is_mounted:
+            batch = self.session.drain(live[0])
+            if batch is not None:
+                live[1].paint(batch.text)
+                if self._trace is not None:
+                    oldest = batch.oldest_at
+                    staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
+                    self._trace("painted", chars=len(batch.text), staleness_ms=staleness)
         self._update_status()
 
     def _update_status(self) -> None:
-        info = self.model_info
+        session = self.session
+        info = session.model_info
         name = info.name if info else Path(str(self.config.model or "default model")).name
-        # The state and the numbers first, the model name last: at 80 columns a long
-        # file name is what gets cut.
-        parts = [self.state]
-        stats = self._current.stats if self._current and self._current.stats else self.last_stats
-        if stats is not None:
-            if stats.ttft_ms is not None:
-                parts.append(f"TTFT {stats.ttft_ms:.0f} ms")
-            if stats.decode_tokens_per_s is not None:
-                parts.append(f"{stats.decode_tokens_per_s:.1f} tok/s")
-            if stats.prefill_tokens_per_s is not None:
-                parts.append(f"prefill {stats.prefill_tokens_per_s:.0f} tok/s")
-            if info is not None:
-                parts.append(f"ctx {stats.n_prompt_tokens + stats.n_tokens}/{info.n_ctx}")
-        elif info is not None:
-            parts.append(f"ctx 0/{info.n_ctx}")
-        stall = stats.last_stall if stats is not None else None
-        if stall is not None:
-            # Issue 3: a step > 3x the running median means weights are being swapped
-            # out or GPU offload thrashes; say so where the user looks.
-            parts.append(f"⚠ stall: step {stall.step_ms:.0f} ms, median {stall.median_ms:.0f} ms")
-        parts.append(name)
-        status = self.query_one("#status", StatusBar)
-        status.text = " │ ".join(parts)
-        status.set_class(stall is not None, "-stall")
+        if self._status.is_attached:
+            self._status.show(session.state, session.live_stats(), info, name)
 
     # ---------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -452,57 +276,73 @@ class ChatApp(App[int]):
         the old footer keys on each call in Textual 8.2.8: RSS grew 1.65x in 200
         turns)."""
         if action == "interrupt":
-            return self._current is not None
+            return self.session.busy
         return True
 
     def action_stop_reply(self) -> None:
         """Esc: stop the reply that is streaming (no-op when idle)."""
-        if self._current is not None:
-            if self._trace is not None and not self._current.cancel.is_set():
-                self._trace("cancel_requested", reply_id=self._current.reply_id)
-            self._current.cancel.set()
+        self.session.cancel()
 
     def action_interrupt(self) -> None:
         """Ctrl+C while a reply streams: stop it (the app stays open, case C09)."""
-        self.action_stop_reply()
+        self.session.cancel()
 
     async def action_quit(self) -> None:
-        """Ctrl+Q: stop any reply and leave; the CLI makes sure we exit within 1 s.
+        """Ctrl+Q: stop any reply, save it, and leave (the CLI makes sure the process
+        is gone within 1 s).
 
-        A reply cut short by the quit is saved as interrupted, with the text that had
-        reached the UI, so ``--resume`` shows what the user saw.
+        A reply cut short by the quit is saved as interrupted, with the text the
+        engine had produced, so ``--resume`` shows what the user saw.
         """
-        self.engine_thread.stop()
-        request, turn = self._current, self._current_turn
-        if request is not None and turn is not None:
-            text, _oldest = request.buffer.drain()
-            partial: ChatMessage = {
-                "role": "assistant",
-                "content": turn.source + text,
-                "interrupted": True,
-            }
-            self._current = self._current_turn = None
-            self._append(partial)
+        await self._close_session()
         self.exit(return_code=0)
+
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM, SIGHUP (the ssh link or the terminal went away): save the reply in
+        flight marked interrupted, restore the terminal, exit (replay cases C24, C25)."""
+
+        async def leave() -> None:
+            await self._close_session()
+            self.exit(return_code=128 + signum)
+
+        self.call_later(leave)
+
+    async def _close_session(self) -> None:
+        """Close the session off the event loop (it may wait for the history lock)."""
+        if self._session_closing is None:
+            self._session_closing = asyncio.ensure_future(
+                asyncio.to_thread(self.session.close, CLOSE_TIMEOUT_S)
+            )
+        await self._session_closing
+
+    async def on_unmount(self) -> None:
+        await self._close_session()
 
     async def action_clear(self) -> None:
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
-        if self._current is not None:
+        if not self.session.new_chat():
             return
-        self.conversation = [m for m in self.conversation if m["role"] == "system"]
-        self.conversation_id = None
         await self.query_one("#conversation", VerticalScroll).remove_children()
         self._unmounted = 0
-        self.last_stats = None
+        self._user_turns.clear()
         self._update_status()
 
 
 def make_app(
-    config: Config, engine: Engine, trace: TraceFn | None = None, store: Store | None = None
+    config: Config,
+    engine: Engine,
+    trace: TraceFn | None = None,
+    history: Path | None = None,
+    *,
+    handle_signals: bool = False,
 ) -> ChatApp:
     """The one way to build the app (CLI, tests and benchmark).
 
-    ``store`` saves the chat (and, with ``config.resume``, reloads the newest one); None
-    keeps it in memory only.
+    Args:
+        config: settings of the run (``config.resume`` reopens the newest chat).
+        engine: the engine; only the session's engine thread calls it.
+        trace: timeline recorder (``--trace``), or None.
+        history: the SQLite history file; None keeps the chat in memory only.
+        handle_signals: save and exit on SIGTERM and SIGHUP (the CLI; not tests).
     """
-    return ChatApp(config, engine, trace, store)
+    return ChatApp(config, engine, trace, history, handle_signals)

@@ -5,7 +5,7 @@ FILE`` then sends the same bytes, at the same times, through the same decoder, s
 handling, sanitiser, token path and paints, with no model. The Nth reply the app asks
 for is the Nth reply of the trace.
 
-What a replay reads (all other lines and fields are ignored; see :mod:`tui_chat.trace`):
+What a replay reads (all other lines and fields are ignored; see :mod:`tui_chat.tracing.recorder`):
 
 - ``token``: ``bytes`` (hex) and ``eog``, played at ``t`` minus the reply's origin (its
   ``request`` line, else the previous reply's ``end``, else 0), divided by the speed;
@@ -39,10 +39,10 @@ from tui_chat.engine.base import (
     ModelInfo,
     PrefillDone,
     SamplingParams,
+    Step,
     TokenPiece,
 )
-from tui_chat.engine.fake import Step
-from tui_chat.trace import TraceFormatError, load_trace, parse_trace_lines, split_replies
+from tui_chat.tracing.reader import TraceFormatError, load_trace, parse_trace_lines, split_replies
 
 DEFAULT_STOP_STRINGS = ("<end_of_turn>", "<start_of_turn>")
 """Stop strings when the trace does not name them: the bundled Gemma model's markers."""
@@ -57,7 +57,7 @@ class ReplayReply:
     """One recorded reply, with times in seconds after the reply's origin.
 
     Attributes:
-        steps: the tokens (:class:`~tui_chat.engine.fake.Step`: time, bytes, eog).
+        steps: the tokens (:class:`~tui_chat.engine.base.Step`: time, bytes, eog).
         step_ms: each token's recorded decode-step time in milliseconds.
         prefill_at_s: when the prefill ended, or None if not recorded.
         n_prompt_tokens: recorded prompt length (0 if not recorded).
@@ -94,7 +94,7 @@ def _hex_bytes(event: dict[str, Any]) -> bytes:
 
 
 def replies_from_events(events: Sequence[dict[str, Any]]) -> list[ReplayReply]:
-    """The replies of a parsed trace (see :func:`tui_chat.trace.load_trace`).
+    """The replies of a parsed trace (see :func:`tui_chat.tracing.reader.load_trace`).
 
     Raises:
         TraceFormatError: a token's ``bytes`` is not hex.
@@ -133,7 +133,7 @@ class ReplayEngine:
     """An engine that plays the replies of a trace, in order, at their recorded times.
 
     Args:
-        events: a parsed trace (see :func:`tui_chat.trace.load_trace`).
+        events: a parsed trace (see :func:`tui_chat.tracing.reader.load_trace`).
         speed: time scale: 2 plays twice as fast, 0.5 at half speed, 0 without any
             waiting (then each token reports its recorded ``step_ms``; otherwise the
             time it actually waited, so a recorded stall is a stall again).

@@ -1,0 +1,124 @@
+"""Headless mode (``tui-chat -p PROMPT``, or a prompt on stdin): one reply to stdout.
+
+The same :class:`~tui_chat.session.ChatSession` as the TUI answers; this module only
+reads its events and drains the reply's text to stdout as it streams. Not saved to
+the history.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+
+from tui_chat.config import Config
+from tui_chat.engine.base import Engine
+from tui_chat.engine.stream import TraceFn
+from tui_chat.sanitize import sanitize
+from tui_chat.session import (
+    ChatSession,
+    ModelLoadFailed,
+    Notice,
+    ReplyFinished,
+    ReplyStarted,
+    SessionEvent,
+)
+
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""Exit status when the reader of stdout went away (``| head``): the status a shell
+reports for ``cat`` in the same place (replay case C28)."""
+
+
+class _BrokenPipe(Exception):
+    """stdout's reader is gone."""
+
+
+def _write(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        raise _BrokenPipe from exc
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush of stdout cannot
+    print a BrokenPipeError traceback at exit (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | None = None) -> int:
+    """Stream one reply to ``prompt`` to stdout as plain, sanitized text.
+
+    Returns the exit status: 0 done (an empty reply prints nothing and says so on
+    stderr, replay case C29); 1 the reply failed; 2 the model did not load; 130 Ctrl+C;
+    :data:`EXIT_BROKEN_PIPE` stdout was closed by its reader (quietly, case C28).
+    ``trace`` records the timeline (``--trace``).
+    """
+    from tui_chat.cli import say
+
+    events: queue.Queue[SessionEvent] = queue.Queue()
+    session = ChatSession(
+        engine,
+        events.put,
+        params=config.sampling,
+        system_prompt=config.system_prompt,
+        trace=trace,
+    )
+    interrupted = False
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        session.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    session.start()
+    session.submit(prompt)
+    reply_id: int | None = None
+    try:
+        while True:
+            if reply_id is not None:
+                session.wait_for_text(0.02)
+                batch = session.drain(reply_id)
+                if batch is not None:
+                    _write(sanitize(batch.text))
+            try:
+                event = events.get(timeout=0 if reply_id is not None else 0.02)
+            except queue.Empty:
+                if interrupted and reply_id is None:
+                    return 130
+                continue
+            if isinstance(event, ModelLoadFailed):
+                say(event.error)
+                return 2
+            if isinstance(event, Notice):
+                say(event.text)
+            elif isinstance(event, ReplyStarted):
+                reply_id = event.reply_id
+            elif isinstance(event, ReplyFinished):
+                batch = session.drain(event.reply_id)
+                if batch is not None:
+                    _write(sanitize(batch.text))
+                if event.empty:
+                    say("the model gave an empty reply")
+                else:
+                    _write("\n")
+                if event.reason == "error":
+                    say(event.error or "generation failed")
+                    return 1
+                return 130 if event.reason == "cancelled" else 0
+    except _BrokenPipe:
+        session.cancel()
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        session.close()
+        session.join(0.5)

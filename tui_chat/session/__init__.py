@@ -1,0 +1,38 @@
+"""The UI-free conversation layer: :class:`ChatSession` and the events it reports.
+
+Nothing in this package imports Textual or Rich (an import-linter contract in
+``pyproject.toml`` and a test check it): the Textual app and headless mode are two
+thin readers of the same session.
+"""
+
+from tui_chat.session.events import (
+    FirstText,
+    HistoryOpened,
+    Listener,
+    ModelLoaded,
+    ModelLoadFailed,
+    Notice,
+    PrefillFinished,
+    ReplyFinished,
+    ReplyStarted,
+    SessionEvent,
+    State,
+)
+from tui_chat.session.session import ChatSession, TextBatch, prompt_messages
+
+__all__ = [
+    "ChatSession",
+    "FirstText",
+    "HistoryOpened",
+    "Listener",
+    "ModelLoadFailed",
+    "ModelLoaded",
+    "Notice",
+    "PrefillFinished",
+    "ReplyFinished",
+    "ReplyStarted",
+    "SessionEvent",
+    "State",
+    "TextBatch",
+    "prompt_messages",
+]

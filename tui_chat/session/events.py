@@ -1,0 +1,142 @@
+"""What a :class:`~tui_chat.session.ChatSession` reports: frozen, documented events.
+
+A session calls its listener with one of these from whichever thread the change
+happened on (the engine thread, the storage thread, or the caller's). Every field is
+a value or a frozen snapshot, never a live object that another thread still changes:
+a listener may keep an event as long as it likes. The Textual app wraps each one in a
+message (:mod:`tui_chat.ui.messages`); headless mode reads them from a queue.
+
+Tokens are not events: the text of a reply goes through the reply's
+:class:`~tui_chat.engine.stream.TokenBuffer`, which the reader drains at its own pace
+(:meth:`ChatSession.drain`), so the engine never waits for a reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from tui_chat.engine.base import ChatMessage, ModelInfo
+from tui_chat.engine.stream import FinishReason, StatsSnapshot
+
+State = Literal["loading", "ready", "generating", "interrupted", "error"]
+"""Where a session is: the model is loading, idle, a reply streams, the last reply
+was stopped by the user, or the model failed to load."""
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class SessionEvent:
+    """Base class of everything a session reports."""
+
+
+@dataclass(frozen=True)
+class ModelLoaded(SessionEvent):
+    """The model is loaded; queued messages are being answered.
+
+    Attributes:
+        info: the loaded model (its ``warnings`` are also sent as :class:`Notice`).
+    """
+
+    info: ModelInfo
+
+
+@dataclass(frozen=True)
+class ModelLoadFailed(SessionEvent):
+    """The model could not be loaded; the session answers nothing.
+
+    Attributes:
+        error: one line for the user (untrusted text may be quoted in it: a path, a
+            GGUF field; show it sanitized).
+    """
+
+    error: str
+
+
+@dataclass(frozen=True)
+class HistoryOpened(SessionEvent):
+    """A saved conversation was loaded (``--resume``); it is now the conversation.
+
+    Attributes:
+        conversation_id: its id in the history database.
+        messages: its messages, oldest first (copies; raw text, show it sanitized).
+    """
+
+    conversation_id: int
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True)
+class ReplyStarted(SessionEvent):
+    """A queued user message was taken: it joined the conversation and its reply
+    begins.
+
+    Attributes:
+        reply_id: identifies the reply in later events and in :meth:`ChatSession.drain`.
+        message_id: the id :meth:`ChatSession.submit` returned for the user message.
+    """
+
+    reply_id: int
+    message_id: int
+
+
+@dataclass(frozen=True)
+class PrefillFinished(SessionEvent):
+    """The prompt of reply ``reply_id`` is evaluated; decode steps follow.
+
+    Attributes:
+        reply_id: the reply.
+        stats: the numbers so far (prompt tokens, reused tokens, messages left out).
+    """
+
+    reply_id: int
+    stats: StatsSnapshot
+
+
+@dataclass(frozen=True)
+class FirstText(SessionEvent):
+    """The first text of reply ``reply_id`` is waiting in its buffer: paint it now."""
+
+    reply_id: int
+
+
+@dataclass(frozen=True)
+class ReplyFinished(SessionEvent):
+    """Reply ``reply_id`` ended. The conversation already holds it (unless empty).
+
+    Attributes:
+        reply_id: the reply.
+        text: the reply as kept in the conversation and the history.
+        reason: ``stop``, ``length``, ``cancelled`` or ``error``.
+        error: one line for the user when ``reason == "error"`` (show it sanitized).
+        stats: the final numbers.
+        empty: the reply held no text but whitespace (replay case C29); nothing was
+            added to the conversation or the history.
+    """
+
+    reply_id: int
+    text: str
+    reason: FinishReason
+    error: str | None
+    stats: StatsSnapshot
+    empty: bool = False
+
+
+@dataclass(frozen=True)
+class Notice(SessionEvent):
+    """A line for the user: the context window was trimmed, the history is locked,
+    saving resumed, a damaged history file was moved aside, a load warning.
+
+    Attributes:
+        text: one line (it may quote a path or a model's name: show it sanitized).
+        severity: ``information``, ``warning`` or ``error``.
+    """
+
+    text: str
+    severity: Severity = "information"
+
+
+Listener = Callable[[SessionEvent], None]
+"""Receives events; called from any thread, must not block."""

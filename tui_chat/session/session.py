@@ -1,0 +1,591 @@
+"""ChatSession: the conversation, its reply queue and states, and saving, with no UI.
+
+One session owns one engine. Its engine thread loads the model, then answers the
+queued user messages one at a time; a storage thread (:mod:`tui_chat.storage`) saves
+every message. The caller (the Textual app, or headless mode) only calls the quick,
+non-blocking methods below and reacts to the events the session reports
+(:mod:`tui_chat.session.events`). Neither Textual nor Rich is imported here.
+
+Threads:
+
+- The caller's thread (the UI event loop): :meth:`submit`, :meth:`cancel`,
+  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`. Each takes the session lock
+  for a few dictionary operations and returns; none does I/O.
+- The engine thread: a plain daemon thread, not a Textual worker: Textual runs
+  thread workers in asyncio's default executor, which is joined at exit, so a quit
+  during a long native prefill would wait for it (replay case C07). The process can
+  leave while this thread is still inside native code.
+- The storage thread: every SQLite call.
+
+Saving (issue 7, replay cases C24-C26): a user message is saved when its reply
+starts; the reply in flight is saved at least every :data:`SAVE_EVERY_S` while it
+streams (marked ``partial``), and at once when it ends, is cancelled, or the session
+closes. So a killed process loses at most the last second of text, and the next start
+marks the reply interrupted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tui_chat.engine.base import (
+    CancelToken,
+    ChatMessage,
+    Engine,
+    EngineError,
+    ModelInfo,
+    PrefillDone,
+    SamplingParams,
+)
+from tui_chat.engine.stream import (
+    StatsSnapshot,
+    StreamResult,
+    StreamStats,
+    TokenBuffer,
+    TraceFn,
+    run_stream,
+)
+from tui_chat.session.events import (
+    FirstText,
+    HistoryOpened,
+    Listener,
+    ModelLoaded,
+    ModelLoadFailed,
+    Notice,
+    PrefillFinished,
+    ReplyFinished,
+    ReplyStarted,
+    State,
+)
+from tui_chat.storage import StorageNotice, StorageThread
+from tui_chat.store import Store
+
+SAVE_EVERY_S = 1.0
+"""A streaming reply is saved at least this often (seconds)."""
+
+
+def prompt_messages(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The messages to send to the model for ``conversation``.
+
+    A user message can be left without a reply (the reply was empty, failed before any
+    text, or was stopped before its first token); the next message then follows it
+    directly. Chat templates expect user and assistant turns to alternate (many Jinja
+    templates raise on two user turns in a row), so consecutive user messages are sent
+    as one, joined by a blank line. Nothing is dropped.
+    """
+    out: list[ChatMessage] = []
+    for message in conversation:
+        if out and message["role"] == "user" and out[-1]["role"] == "user":
+            merged: ChatMessage = {
+                "role": "user",
+                "content": f"{out[-1]['content']}\n\n{message['content']}",
+            }
+            out[-1] = merged
+        else:
+            out.append(message)
+    return out
+
+
+@dataclass
+class _ConversationRef:
+    """The saved conversation; ``id`` is set on the storage thread when first saved."""
+
+    model: str
+    id: int | None = None
+
+    def ensure(self, store: Store) -> int:
+        if self.id is None:
+            self.id = store.new_conversation(self.model)
+        return self.id
+
+
+@dataclass
+class _SavedMessage:
+    """A message row; ``row_id`` is set on the storage thread by its first save."""
+
+    row_id: int | None = None
+
+
+@dataclass
+class _Reply:
+    """The reply in flight (engine thread writes, the session lock guards the rest)."""
+
+    reply_id: int
+    message_id: int
+    params: SamplingParams
+    messages: list[ChatMessage]
+    ref: _ConversationRef
+    cancel: CancelToken = field(default_factory=CancelToken)
+    buffer: TokenBuffer = field(default_factory=TokenBuffer)
+    stats: StreamStats | None = None
+    parts: list[str] = field(default_factory=list)
+    saved: _SavedMessage = field(default_factory=_SavedMessage)
+    user_saved: _SavedMessage = field(default_factory=_SavedMessage)
+    last_save: float = 0.0
+
+
+@dataclass(frozen=True)
+class TextBatch:
+    """Text drained from the reply in flight.
+
+    Attributes:
+        reply_id: the reply it belongs to.
+        text: raw model text (decoded, stop strings removed; not yet sanitized).
+        oldest_at: ``time.perf_counter()`` when the oldest part left the engine.
+    """
+
+    reply_id: int
+    text: str
+    oldest_at: float | None
+
+
+class ChatSession:
+    """A conversation with one engine: queue, states, saving. UI-free and thread-safe.
+
+    Args:
+        engine: the engine; only the session's engine thread calls it.
+        listener: receives :class:`~tui_chat.session.events.SessionEvent` from any
+            thread; it must not block.
+        params: sampling settings for every reply.
+        system_prompt: a system message to start new conversations with.
+        history: the SQLite history file to save to (through a storage thread); None
+            keeps the conversation in memory only.
+        resume: reopen the newest saved conversation first (needs ``history``).
+        trace: optional timeline recorder (``--trace``).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        listener: Listener,
+        *,
+        params: SamplingParams | None = None,
+        system_prompt: str | None = None,
+        history: Path | None = None,
+        resume: bool = False,
+        trace: TraceFn | None = None,
+    ) -> None:
+        self.engine = engine
+        self._emit = listener
+        self.params = params or SamplingParams()
+        self.system_prompt = system_prompt
+        self.storage = StorageThread(history, self._notify_storage) if history is not None else None
+        self._resume = resume and history is not None
+        self._trace = trace
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._conversation: list[ChatMessage] = self._fresh_conversation()
+        self._ref = _ConversationRef(model="")
+        self._queue: list[tuple[int, str]] = []
+        self._current: _Reply | None = None
+        # Buffers of replies whose text the reader may not have drained yet: the reader
+        # learns that a reply ended after the engine has moved on to the next one.
+        self._buffers: dict[int, tuple[TokenBuffer, bool]] = {}
+        self._state: State = "loading"
+        self._info: ModelInfo | None = None
+        self._last_stats: StatsSnapshot | None = None
+        self._next_message_id = 0
+        self._next_reply_id = 0
+        self._closing = False
+        self._closed = False
+        self._history_ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
+
+    # ---------------------------------------------------------------- state
+    @property
+    def state(self) -> State:
+        """loading, ready, generating, interrupted or error."""
+        return self._state
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        """The loaded model, or None before it is loaded."""
+        return self._info
+
+    @property
+    def conversation_id(self) -> int | None:
+        """The id of the saved conversation, once something was saved (or resumed)."""
+        return self._ref.id
+
+    def messages(self) -> list[ChatMessage]:
+        """The conversation as it stands: a copy (system, user and assistant messages)."""
+        with self._lock:
+            return [dict(m) for m in self._conversation]  # type: ignore[misc]
+
+    def queued(self) -> list[int]:
+        """Ids of the submitted messages still waiting for their reply to start."""
+        with self._lock:
+            return [message_id for message_id, _ in self._queue]
+
+    @property
+    def busy(self) -> bool:
+        """True while a reply is in flight."""
+        return self._current is not None
+
+    def live_stats(self) -> StatsSnapshot | None:
+        """The numbers of the reply in flight, else of the last reply, else None."""
+        current = self._current
+        if current is not None and current.stats is not None:
+            return current.stats.snapshot()
+        return self._last_stats
+
+    # ------------------------------------------------------------- commands
+    def start(self) -> None:
+        """Start the engine thread (the model loads), the storage thread, and with
+        ``resume`` the loading of the newest saved conversation."""
+        import sys
+
+        # Between two native decode steps the engine thread needs the GIL for a
+        # fraction of a millisecond (sample, piece, decode, append); while the UI
+        # thread paints a frame it would otherwise wait up to the default 5 ms switch
+        # interval for it, a fifth of a 25 ms decode step. The engine must never wait
+        # for painting.
+        sys.setswitchinterval(0.001)
+        if self.storage is not None:
+            self.storage.start()
+            if self._resume:
+                self.storage.submit(_load_latest).add_done_callback(self._on_history)
+            else:
+                self._history_ready.set()
+        else:
+            self._history_ready.set()
+        self._thread.start()
+
+    def submit(self, text: str) -> int:
+        """Queue a user message; its reply starts when the model is loaded and earlier
+        replies have ended. Returns the message's id (see :class:`ReplyStarted`)."""
+        with self._work:
+            self._next_message_id += 1
+            message_id = self._next_message_id
+            self._queue.append((message_id, text))
+            self._work.notify()
+        return message_id
+
+    def cancel(self) -> bool:
+        """Stop the reply in flight (Esc, Ctrl+C); True if there was one.
+
+        The engine honours it within one decode step or one prompt batch; the partial
+        reply is kept, marked interrupted, and stays in the context (replay case C10).
+        """
+        current = self._current
+        if current is None:
+            return False
+        if self._trace is not None and not current.cancel.is_set():
+            self._trace("cancel_requested", reply_id=current.reply_id)
+        current.cancel.set()
+        return True
+
+    def new_chat(self) -> bool:
+        """Start a new conversation (the system prompt stays). Refused (False) while a
+        reply is in flight or messages are queued."""
+        with self._lock:
+            if self._current is not None or self._queue:
+                return False
+            self._conversation = self._fresh_conversation()
+            self._ref = _ConversationRef(model=self._ref.model)
+            self._last_stats = None
+            if self._state == "interrupted":
+                self._state = "ready"
+        return True
+
+    def drain(self, reply_id: int) -> TextBatch | None:
+        """Take the text reply ``reply_id`` produced since the last call (None if none).
+
+        Works after the reply ended too, until its text is all taken: a reader that
+        hears of the end late still gets every word, in order.
+        """
+        with self._lock:
+            entry = self._buffers.get(reply_id)
+            if entry is None:
+                return None
+            buffer, ended = entry
+            text, oldest = buffer.drain()
+            if ended:
+                del self._buffers[reply_id]
+        if not text:
+            return None
+        return TextBatch(reply_id, text, oldest)
+
+    def wait_for_text(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` seconds until the reply in flight has text to
+        drain (headless mode; never call this on an event loop)."""
+        current = self._current
+        if current is None:
+            time.sleep(min(timeout_s, 0.01))
+            return False
+        return current.buffer.wait(timeout_s)
+
+    def close(self, timeout_s: float = 0.7) -> None:
+        """Stop: cancel the reply in flight, save it marked interrupted, drain the
+        storage queue and stop the threads, in at most about ``timeout_s`` seconds.
+
+        Safe to call twice and from any thread but the engine thread. Messages still
+        queued (never sent to the model) are dropped. Used at quit, SIGHUP and
+        SIGTERM (replay cases C24, C25).
+        """
+        with self._work:
+            if self._closed:
+                return
+            self._closed = self._closing = True
+            self._queue.clear()
+            current = self._current
+            self._work.notify_all()
+        deadline = time.monotonic() + timeout_s
+        if current is not None:
+            current.cancel.set()
+            # The engine thread saves the cancelled reply itself within one decode
+            # step; inside a long native call it cannot, so save what it made so far.
+            self._thread.join(min(0.3, timeout_s / 2))
+            if self._thread.is_alive():
+                self._save_reply(current, "".join(current.parts), partial=False)
+        elif self._thread.is_alive():
+            self._thread.join(0.05)
+        if self.storage is not None:
+            self.storage.close(max(0.05, deadline - time.monotonic()))
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the engine thread; True if it ended."""
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    # ----------------------------------------------------------- internals
+    def _fresh_conversation(self) -> list[ChatMessage]:
+        if self.system_prompt:
+            return [{"role": "system", "content": self.system_prompt}]
+        return []
+
+    def _on_history(self, future: Future[tuple[int, list[ChatMessage]] | None]) -> None:
+        """Storage thread: the newest conversation is loaded (or there is none)."""
+        try:
+            found = future.result()
+        except Exception:
+            found = None  # no history this run; the storage thread said why
+        if found is not None:
+            conversation_id, loaded = found
+            with self._lock:
+                self._ref.id = conversation_id
+                self._conversation = loaded
+            self._emit(HistoryOpened(conversation_id, tuple(dict(m) for m in loaded)))  # type: ignore[misc]
+        self._history_ready.set()
+
+    def _notify_storage(self, notice: StorageNotice) -> None:
+        self._emit(Notice(notice.text, notice.severity))
+
+    def _run(self) -> None:
+        """Engine thread: load, then answer queued messages until closed."""
+        try:
+            info = self.engine.load()
+        except EngineError as exc:
+            self._state = "error"
+            self._emit(ModelLoadFailed(str(exc)))
+            return
+        except Exception as exc:  # a bug or a native failure: still one clear line
+            self._state = "error"
+            self._emit(ModelLoadFailed(f"could not load the model: {exc!r}"))
+            return
+        with self._lock:
+            self._info = info
+            self._ref.model = info.name
+            if self._state == "loading":
+                self._state = "ready"
+        self._emit(ModelLoaded(info))
+        for warning in info.warnings:
+            self._emit(Notice(warning, "warning"))
+        while not self._history_ready.wait(0.1):
+            if self._closing:
+                self.engine.close()
+                return
+        try:
+            while True:
+                reply = self._next_reply()
+                if reply is None:
+                    break
+                result = self._generate(reply)
+                self._finish(reply, result)
+        finally:
+            self.engine.close()
+
+    def _next_reply(self) -> _Reply | None:
+        """Wait for a queued message; move it into the conversation. None: closing."""
+        with self._work:
+            while not self._queue and not self._closing:
+                self._work.wait()
+            if self._closing:
+                return None
+            message_id, text = self._queue.pop(0)
+            user: ChatMessage = {"role": "user", "content": text}
+            self._conversation.append(user)
+            self._next_reply_id += 1
+            reply = _Reply(
+                reply_id=self._next_reply_id,
+                message_id=message_id,
+                params=self.params,
+                # A new list of the same messages: a message is never changed once it
+                # is in the conversation.
+                messages=prompt_messages(self._conversation),
+                ref=self._ref,
+            )
+            self._current = reply
+            self._buffers[reply.reply_id] = (reply.buffer, False)
+            # A reader that never drains (headless after an error) must not keep them all.
+            for old in [k for k, (_b, ended) in self._buffers.items() if ended][:-4]:
+                del self._buffers[old]
+            self._state = "generating"
+            history = list(self._conversation)
+        if self.storage is not None:
+            ref, user_saved = reply.ref, reply.user_saved
+            earlier = history[:-1] if ref.id is None else []
+
+            def save_user(store: Store) -> None:
+                new = ref.id is None
+                conversation_id = ref.ensure(store)
+                if new:
+                    for message in earlier:
+                        store.add_message(conversation_id, message)
+                user_saved.row_id = store.add_message(conversation_id, user)
+
+            self.storage.submit(save_user)
+        self._emit(ReplyStarted(reply.reply_id, reply.message_id))
+        return reply
+
+    def _generate(self, reply: _Reply) -> StreamResult:
+        if reply.cancel.is_set():
+            return StreamResult("", "cancelled", StreamStats())
+        try:
+            return run_stream(
+                self.engine,
+                reply.messages,
+                reply.params,
+                reply.cancel,
+                _Sink(self, reply),
+                self._trace,
+            )
+        except Exception as exc:  # keep the app up whatever the engine did
+            return StreamResult(
+                "".join(reply.parts),
+                "error",
+                reply.stats or StreamStats(),
+                f"engine error: {exc!r}",
+            )
+
+    def _finish(self, reply: _Reply, result: StreamResult) -> None:
+        """Engine thread: put the reply into the conversation, save it, report it."""
+        text = result.text
+        empty = not text.strip()
+        interrupted = result.reason in ("cancelled", "error")
+        # A message that failed before any reply (the prompt does not fit the context
+        # window, the server refused it) leaves the context and the history: sent
+        # again with the next message it would fail again (replay case C18).
+        unanswerable = empty and result.reason == "error"
+        stats = result.stats.snapshot()
+        with self._lock:
+            if unanswerable and self._conversation and self._conversation[-1]["role"] == "user":
+                self._conversation.pop()
+            if not empty:
+                message: ChatMessage = {"role": "assistant", "content": text}
+                if interrupted:
+                    message["interrupted"] = True
+                self._conversation.append(message)
+            self._current = None
+            if reply.reply_id in self._buffers:
+                self._buffers[reply.reply_id] = (reply.buffer, True)
+            self._last_stats = stats
+            if self._state == "generating":
+                self._state = "interrupted" if result.reason == "cancelled" else "ready"
+        if not empty:
+            self._save_reply(reply, text, partial=False, interrupted=interrupted)
+        else:
+            self._delete_saved(reply.saved)
+            if unanswerable:
+                self._delete_saved(reply.user_saved)
+        self._emit(ReplyFinished(reply.reply_id, text, result.reason, result.error, stats, empty))
+
+    def _save_reply(
+        self,
+        reply: _Reply,
+        text: str,
+        *,
+        partial: bool,
+        interrupted: bool = True,
+    ) -> None:
+        """Queue a save of the reply's text (insert the first time, update after)."""
+        storage = self.storage
+        if storage is None:
+            return
+        ref, saved = reply.ref, reply.saved
+        message: ChatMessage = {"role": "assistant", "content": text}
+        if interrupted:
+            message["interrupted"] = True
+
+        def save(store: Store) -> None:
+            if saved.row_id is None:
+                saved.row_id = store.add_message(ref.ensure(store), message, partial=partial)
+            else:
+                store.update_message(saved.row_id, text, interrupted=interrupted, partial=partial)
+
+        reply.last_save = time.monotonic()
+        storage.submit(save)
+
+    def _delete_saved(self, saved: _SavedMessage) -> None:
+        """Remove a saved message again (an empty reply saved while it streamed)."""
+        if self.storage is None:
+            return
+
+        def delete(store: Store) -> None:
+            if saved.row_id is not None:
+                store.delete_message(saved.row_id)
+
+        self.storage.submit(delete)
+
+
+def _load_latest(store: Store) -> tuple[int, list[ChatMessage]] | None:
+    """Storage thread: recover replies left streaming by a killed process, then load
+    the newest conversation."""
+    store.recover_partial()
+    conversation_id = store.latest_conversation()
+    if conversation_id is None:
+        return None
+    return conversation_id, store.messages(conversation_id)
+
+
+class _Sink:
+    """Engine-thread side of the token path: append, wake the reader once, save."""
+
+    def __init__(self, session: ChatSession, reply: _Reply) -> None:
+        self._session = session
+        self._reply = reply
+        self._trace = session._trace
+        self._first = True
+
+    def on_prefill(self, event: PrefillDone, stats: StreamStats) -> None:
+        self._reply.stats = stats
+        snapshot = stats.snapshot()
+        self._session._emit(PrefillFinished(self._reply.reply_id, snapshot))
+        if event.trimmed_messages:
+            self._session._emit(
+                Notice(
+                    f"Context window full: the {event.trimmed_messages} oldest messages "
+                    "were left out of this prompt.",
+                    "warning",
+                )
+            )
+
+    def on_text(self, text: str, stats: StreamStats) -> None:
+        reply = self._reply
+        reply.stats = stats
+        now = time.perf_counter()
+        reply.buffer.append(text, now=now)
+        reply.parts.append(text)
+        if self._trace is not None:
+            self._trace("posted", chars=len(text))
+        if self._first:
+            self._first = False
+            self._session._emit(FirstText(reply.reply_id))
+        if time.monotonic() - reply.last_save >= SAVE_EVERY_S:
+            self._session._save_reply(reply, "".join(reply.parts), partial=True)

@@ -1,0 +1,2 @@
+"""The app's widgets, one job each: the status line, the turns of a conversation, the
+prompt input."""
