@@ -13,17 +13,22 @@ export CMAKE_ARGS := -DGGML_CUDA=on
 export FORCE_CMAKE := 1
 endif
 
-.PHONY: run test check bench model install clean lint typecheck
+.PHONY: run test check bench model install clean
 
 run: install $(MODEL)
 	$(BIN)/tui-chat $(ARGS)
 
 test: install $(MODEL) tmux
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-check: install $(MODEL)
+# What a developer runs before a commit: formatting, lint, types (sources, tests and
+# the benchmark), the import contracts of pyproject.toml, then the tests.
+check: install $(MODEL) tmux
+	$(BIN)/ruff format --check tui_chat tests bench
 	$(BIN)/ruff check tui_chat tests bench
-	$(BIN)/mypy tui_chat
+	$(BIN)/mypy tui_chat tests bench
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: install $(MODEL)

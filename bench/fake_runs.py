@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
@@ -41,12 +45,38 @@ SIZE = (100, 30)
 FAST_TOKENS_PER_S = 2000.0
 
 
-def build_app(engine: FakeEngine, render_interval_ms: int, trace: Tracer | None = None) -> ChatApp:
+def build_app(
+    engine: FakeEngine,
+    render_interval_ms: int,
+    trace: Tracer | None = None,
+    history: Path | None = None,
+) -> ChatApp:
     """The product app with the fake engine (no token limit: the script decides)."""
     config = Config(
         sampling=SamplingParams(max_tokens=10_000_000), render_interval_ms=render_interval_ms
     )
-    return make_app(config, engine, trace)
+    return make_app(config, engine, trace, history)
+
+
+_LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process that holds the history's write lock for ``seconds`` (case C26)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(path), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
 
 
 async def send(app: ChatApp, pilot: Pilot[Any], text: str) -> int:
@@ -129,22 +159,32 @@ async def fast_run(n_tokens: int, render_interval_ms: int) -> dict[str, float]:
     }
 
 
-async def keystroke_run(render_interval_ms: int, repeats: int) -> dict[str, float]:
+async def keystroke_run(
+    render_interval_ms: int, repeats: int, lock_s: float = 0.0
+) -> dict[str, float]:
     """Case C05: type while a 2000-token reply streams at 100 tokens/s.
 
     The phrase is typed ``repeats`` times at 20 characters/s with 1.5 s pauses, so the
     keystrokes spread over the whole reply (a short reply and a long one); latency is
     from the key press (delivered as the terminal driver does) to the first frame
-    whose prompt holds the character.
+    whose prompt holds the character. With ``lock_s``, the chat is saved to a history
+    file that another process locks for that many seconds from the first key (C26).
     """
     phrase = "the quick brown fox"
     text = " ".join([phrase] * repeats)
     pieces = markdown_pieces(2000, seed=5)
     engine = FakeEngine([paced([*pieces, EOG], 100)])
-    with instrumented() as rec:
-        app = build_app(engine, render_interval_ms)
+    folder = tempfile.TemporaryDirectory(prefix="tui-chat-bench-")
+    history = Path(folder.name) / "history.db" if lock_s else None
+    locker = None
+    with instrumented() as rec, folder:
+        app = build_app(engine, render_interval_ms, history=history)
         async with app.run_test(headless=True, size=SIZE) as pilot:
             await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
+            if history is not None:
+                # The lock is taken before the message is sent: saving it must wait.
+                await wait_until(history.exists, 10, "the history file")
+                locker = await asyncio.to_thread(hold_lock, history, lock_s)
             previous = await send(app, pilot, "go")
             prompt = app.query_one("#prompt", PromptInput)
             await wait_until(
@@ -161,6 +201,8 @@ async def keystroke_run(render_interval_ms: int, repeats: int) -> dict[str, floa
             await pilot.pause()
             exact = prompt.value == text and result.text == "".join(pieces)
             watched = list(rec.watched)
+        if locker is not None:
+            await asyncio.to_thread(locker.wait, 30)
     latencies = []
     lens = [v for _, v in watched]
     for i, pressed in enumerate(typist.pressed):

@@ -59,3 +59,14 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         await asyncio.sleep(interval_s)
+
+
+def wait_for_sync(
+    condition: Callable[[], bool], timeout_s: float = 10.0, interval_s: float = 0.01
+) -> None:
+    """Poll ``condition`` (no event loop) until true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)

@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets._markdown import MarkdownBlock
 
 from tests.conftest import fake_config, wait_for
-from tests.helpers import reply_turns, screen_text, shown_reply
+from tests.helpers import reply_turns, screen_segments, screen_text, shown_reply
 from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import ChatApp, make_app
@@ -27,7 +28,7 @@ async def ready(app: ChatApp) -> None:
     await wait_for(lambda: app.session.model_info is not None)
 
 
-async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+async def send(pilot: Pilot[int], text: str) -> None:
     await pilot.press(*text, "enter")
 
 
@@ -112,7 +113,11 @@ async def test_view_follows_new_text_unless_scrolled_up() -> None:
         await ready(app)
         await send(pilot, "go")
         view = app.query_one("#conversation")
-        await wait_for(lambda: "line 30" in screen_text(app))
+        # "line 30" is on screen for a moment only (the view follows); wait until the
+        # reply holds it rather than trying to catch that moment.
+        await wait_for(
+            lambda: bool(reply_turns(app)) and "line 30" in shown_reply(reply_turns(app)[0])
+        )
         # Following: the newest line is in view (a layout may be in flight, so poll).
         await wait_for(lambda: view.max_scroll_y > 0 and view.scroll_y >= view.max_scroll_y - 1)
         view.scroll_home(animate=False)
@@ -480,8 +485,8 @@ async def test_c22_escape_sequences_neutralised_but_kept_in_history() -> None:
         shown = screen_text(app)
         assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
         assert "\u241b" in screen_text(app)  # ESC shown as a visible symbol
-        for strip in app.screen._compositor.render_strips():
-            for segment in strip:
+        for row in screen_segments(app):
+            for segment in row:
                 assert "\x1b" not in segment.text
                 assert segment.style is None or segment.style.link is None
 

@@ -1,17 +1,42 @@
-"""The engine package never imports Textual or Rich (STYLE.md)."""
+"""The UI-free core never imports Textual or Rich (STYLE.md): each module is imported
+alone, in a fresh interpreter, and ``sys.modules`` is checked. ``lint-imports`` checks
+the same statically (pyproject.toml); this test proves it at run time."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 
-def test_engine_imports_no_ui_libraries() -> None:
+HEADLESS_MODULES = [
+    "tui_chat.engine.base",
+    "tui_chat.engine.decode",
+    "tui_chat.engine.stream",
+    "tui_chat.engine.fake",
+    "tui_chat.engine.templates",
+    "tui_chat.engine.modelfile",
+    "tui_chat.engine.llama",
+    "tui_chat.engine.native_log",
+    "tui_chat.session",
+    "tui_chat.store",
+    "tui_chat.storage",
+    "tui_chat.tracing.recorder",
+    "tui_chat.tracing.reader",
+    "tui_chat.tracing.report",
+    "tui_chat.tracing.replay",
+    "tui_chat.config",
+    "tui_chat.sanitize",
+    "tui_chat.output",
+    "tui_chat.headless",
+]
+
+
+@pytest.mark.parametrize("module", HEADLESS_MODULES)
+def test_headless_module_imports_no_ui_libraries(module: str) -> None:
     code = (
-        "import sys\n"
-        "import tui_chat.engine.base, tui_chat.engine.decode, tui_chat.engine.stream\n"
-        "import tui_chat.engine.fake, tui_chat.engine.templates, tui_chat.engine.modelfile\n"
-        "import tui_chat.engine.llama, tui_chat.engine.native_log\n"
+        "import sys, importlib\n"
+        f"importlib.import_module({module!r})\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
         "print(','.join(bad))\n"
     )

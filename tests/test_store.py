@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fake_config, wait_for
-from tests.helpers import screen_text
+from tests.helpers import screen_segments, screen_text
 from tests.test_app_stream import C22_PIECES, finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.store import HistoryError, Store, open_store
@@ -73,8 +73,8 @@ async def test_c22_history_keeps_raw_text_and_reload_shows_it_safely(tmp_path: P
         assert resumed.session.messages()[-1]["content"] == raw
         screen = screen_text(resumed)
         assert "say it" in screen and "\u241b" in screen and "TITLE" in screen
-        for strip in resumed.screen._compositor.render_strips():
-            for segment in strip:
+        for row in screen_segments(resumed):
+            for segment in row:
                 assert "\x1b" not in segment.text and "\x07" not in segment.text
 
 

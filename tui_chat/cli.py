@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from tui_chat.config import Config
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
+from tui_chat.output import say, silence_output
 from tui_chat.paths import default_model_path, history_path, native_log_path
 
 if TYPE_CHECKING:
@@ -225,17 +227,6 @@ def make_engine(config: Config) -> Engine:
     )
 
 
-def say(text: str) -> None:
-    """One line to stderr, sanitized (it may quote a path, a GGUF field or a server's
-    message); silently nothing if stderr is closed (case C12)."""
-    from tui_chat.sanitize import sanitize
-
-    try:
-        print(f"tui-chat: {sanitize(text)}", file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int:
     """Run the Textual app; returns its exit status (2 if the model failed to load)."""
     from tui_chat.ui.app import make_app
@@ -274,6 +265,10 @@ def run_app(app: ChatApp) -> int:
     _draw_on_stdout_when_stderr_is_not_a_terminal()
     app.run()
     code = app.return_code or 0
+    if code == 128 + signal.SIGHUP:
+        # The terminal is gone: the interpreter's last flush of stdout and stderr
+        # would fail (EIO) and turn the exit status into 120.
+        silence_output(1, 2)
     if app.load_error:
         say(app.load_error)
         code = 2

@@ -7,7 +7,6 @@ the history.
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import sys
@@ -15,6 +14,7 @@ import sys
 from tui_chat.config import Config
 from tui_chat.engine.base import Engine
 from tui_chat.engine.stream import TraceFn
+from tui_chat.output import say, silence_output
 from tui_chat.sanitize import sanitize
 from tui_chat.session import (
     ChatSession,
@@ -42,17 +42,6 @@ def _write(text: str) -> None:
         raise _BrokenPipe from exc
 
 
-def _silence_stdout() -> None:
-    """Point fd 1 at /dev/null so the interpreter's final flush of stdout cannot
-    print a BrokenPipeError traceback at exit (Python's documented recipe)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-
-
 def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | None = None) -> int:
     """Stream one reply to ``prompt`` to stdout as plain, sanitized text.
 
@@ -61,7 +50,6 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
     :data:`EXIT_BROKEN_PIPE` stdout was closed by its reader (quietly, case C28).
     ``trace`` records the timeline (``--trace``).
     """
-    from tui_chat.cli import say
 
     events: queue.Queue[SessionEvent] = queue.Queue()
     session = ChatSession(
@@ -116,7 +104,7 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
                 return 130 if event.reason == "cancelled" else 0
     except _BrokenPipe:
         session.cancel()
-        _silence_stdout()
+        silence_output(1)
         return EXIT_BROKEN_PIPE
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -14,6 +14,8 @@ Scripts:
         case C22), some split across token pieces.
     words: ``--n-tokens`` word tokens at ``--rate`` tokens/s in paragraphs, then end
         of turn.
+    numbered: the same, the words being ``w1``, ``w2``, ... so a test can tell how far
+        the reply got from any piece of it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def word_pieces(n_tokens: int) -> list[bytes]:
 def main(argv: list[str]) -> int:
     """Parse the script options, then run tui-chat's TUI with the fake engine."""
     p = argparse.ArgumentParser(prog="fake_app.py")
-    p.add_argument("script", choices=["c22", "words"])
+    p.add_argument("script", choices=["c22", "words", "numbered"])
     p.add_argument("--rate", type=float, default=20.0, help="tokens per second")
     p.add_argument("--n-tokens", type=int, default=200)
     p.add_argument("--prefill-s", type=float, default=0.0, help="seconds of prefill")
@@ -71,6 +73,10 @@ def main(argv: list[str]) -> int:
     ours, rest = p.parse_known_args(argv)
     if ours.script == "c22":
         pieces = C22_PIECES
+    elif ours.script == "numbered":
+        pieces = [
+            f"w{i}{chr(10) if i % 12 == 0 else ' '}".encode() for i in range(1, 1 + ours.n_tokens)
+        ]
     else:
         pieces = word_pieces(ours.n_tokens)
     try:

@@ -342,6 +342,14 @@ class PtyProcess:
         self._reader.join(5)
         return code
 
+    def hang_up(self) -> None:
+        """Close our side of the pty, as a terminal emulator that goes away (or an ssh
+        server whose link dropped) does: the kernel sends SIGHUP to the session."""
+        try:
+            os.close(self._master)
+        except OSError:
+            pass
+
     def close(self) -> None:
         """Kill the process if it still runs and release the pty."""
         if self.proc.poll() is None:
@@ -541,9 +549,14 @@ _BORDER_RE = re.compile(r"^[\s█▉▊▋▌▍▎▏]+")
 
 def text_after(screen: str, marker: str) -> str:
     """The conversation text after the last row holding ``marker`` (a question),
-    turn borders stripped, rows joined by spaces."""
+    turn borders stripped, rows joined by spaces.
+
+    A row that is the marker alone (the question's own turn) wins over a row that
+    merely contains it: a small model often repeats the question in its reply.
+    """
     rows = screen_lines(conversation(screen))
-    index = max((i for i, row in enumerate(rows) if marker in row), default=None)
+    exact = [i for i, row in enumerate(rows) if _BORDER_RE.sub("", row).strip() == marker]
+    index = max(exact or [i for i, row in enumerate(rows) if marker in row], default=None)
     if index is None:
         return ""
     return " ".join(_BORDER_RE.sub("", row).strip() for row in rows[index + 1 :]).strip()

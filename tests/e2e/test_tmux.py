@@ -9,7 +9,9 @@ machine.
 
 from __future__ import annotations
 
+import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -301,6 +303,45 @@ def test_ctrl_q_during_a_reply_leaves_the_terminal_as_it_was(
     # text from the load, no traceback, no leftover frame.
     left = [row for row in pane.capture(history=True).split("\n") if row.strip()]
     assert left == ["[exited 0]"]
+
+
+@pytest.mark.real
+def test_c24_tmux_session_killed_mid_story_keeps_what_was_on_screen(
+    tmux_pane: StartPane, model_path: Path
+) -> None:
+    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "400"), app_env(), 100, 40)
+    wait_ready(pane)
+    question = "Write a long story about a cat."
+    pane.send_text(question)
+    pane.send_keys("Enter")
+    screen = pane.wait_for(
+        lambda s: len(text_after(s, question).split()) >= 15, "the story to stream"
+    )
+    shown = re.findall(r"\w+", text_after(screen, question))
+    pane.tmux("kill-session", "-t", "t")  # the app gets SIGHUP, as on an ssh drop
+    history = Path(os.environ["XDG_DATA_HOME"]) / "tui-chat" / "history.db"
+
+    def saved_reply() -> tuple[str, int, int] | None:
+        if not history.exists():
+            return None
+        db = sqlite3.connect(history)
+        try:
+            row = db.execute(
+                "SELECT content, interrupted, partial FROM messages"
+                " WHERE role = 'assistant' ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        finally:
+            db.close()
+        return None if row is None or row[2] else row  # partial: not the final save yet
+
+    deadline = time.monotonic() + 5
+    while (reply := saved_reply()) is None:
+        assert time.monotonic() < deadline, "the reply was not saved after SIGHUP"
+        time.sleep(0.05)
+    content, interrupted, _partial = reply
+    assert interrupted == 1
+    saved_words = re.findall(r"\w+", content)
+    assert saved_words[: len(shown[:10])] == shown[:10]  # what the user was reading
 
 
 @pytest.mark.real

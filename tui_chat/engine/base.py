@@ -67,7 +67,6 @@ class ModelInfo:
         chat_format: name of the chat template in use.
         architecture: ``general.architecture`` from the GGUF header ("" if unknown).
         n_gpu_layers: layers offloaded to the GPU (0 on CPU builds).
-        load_ms: wall time of the load in milliseconds.
         warnings: one-line notices about the load for the user (the native log
             could not be written, GPU offload asked of a build without it, ...).
     """
@@ -77,7 +76,6 @@ class ModelInfo:
     chat_format: str
     architecture: str = ""
     n_gpu_layers: int = 0
-    load_ms: float = 0.0
     warnings: tuple[str, ...] = ()
 
 

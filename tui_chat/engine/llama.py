@@ -112,7 +112,6 @@ class LlamaEngine:
             )
         import llama_cpp
 
-        t0 = time.perf_counter()
         n_before = len(native_log.recent_lines(200))
         try:
             llm = llama_cpp.Llama(
@@ -148,7 +147,6 @@ class LlamaEngine:
             chat_format=self._template.name,
             architecture=header.architecture,
             n_gpu_layers=offloaded,
-            load_ms=(time.perf_counter() - t0) * 1000,
             warnings=tuple(warnings),
         )
         return self._info

@@ -203,8 +203,3 @@ def choose_template(
             pass  # a broken template falls back to the architecture's format
     arch = metadata.get("general.architecture", "")
     return BUILTIN_TEMPLATES[ARCH_TEMPLATES.get(arch, "chatml")]
-
-
-def template_names() -> list[str]:
-    """Names ``--chat-format`` accepts."""
-    return [*BUILTIN_TEMPLATES, "jinja"]

@@ -89,10 +89,6 @@ class Tracer:
             started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
         )
 
-    def to_t(self, perf: float) -> float:
-        """Convert a ``clock()`` stamp (a ``perf_counter`` value) to trace seconds."""
-        return perf - self.t0
-
     def __call__(self, event: str, **fields: Any) -> None:
         """Record one event now. Safe to call from any thread; never raises on I/O."""
         with self._lock:

@@ -107,7 +107,6 @@ class ChatApp(App[int]):
         self.last_reply: ReplyFinished | None = None
         self.n_replies_shown = 0
         self._user_turns: dict[int, UserTurn] = {}
-        self._reply_turns: dict[int, AssistantTurn] = {}
         self._live: tuple[int, AssistantTurn] | None = None
         self._unmounted = 0  # turns taken off the screen to bound the widget tree
         self._session_closing: asyncio.Task[None] | None = None
