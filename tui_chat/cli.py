@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 from tui_chat.config import Config
 from tui_chat.engine.base import CancelToken, ChatMessage, Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
-from tui_chat.paths import default_model_path, history_path, native_log_path
+from tui_chat.paths import (
+    DEFAULT_MODEL_SYSTEM_PROMPT,
+    default_model_path,
+    history_path,
+    native_log_path,
+)
 
 if TYPE_CHECKING:
     from tui_chat.ui.app import ChatApp
@@ -80,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("-m", "--model", type=Path, help="GGUF model file (default: the bundled "
-                   "Gemma 3 270M in models/)")
+                   "SmolLM2 135M Instruct in models/)")
     p.add_argument("-p", "--prompt", help="headless: print the reply to PROMPT on stdout and "
                    "exit (also when a prompt arrives on stdin that is not a terminal)")
     p.add_argument("--system", dest="system_prompt", help="system prompt")
@@ -173,13 +178,17 @@ def make_engine(config: Config) -> Engine:
         n_threads=config.threads,
         n_batch=config.n_batch,
         chat_format=config.chat_format,
+        default_system_prompt=DEFAULT_MODEL_SYSTEM_PROMPT if config.model is None else None,
     )
 
 
 def _say(text: str) -> None:
-    """One line to stderr; silently nothing if stderr is closed (case C12)."""
+    """One line to stderr, made inert by the sanitiser: it may quote a model file, a
+    path or a native log line (case C31); silently nothing if stderr is closed (C12)."""
+    from tui_chat.sanitize import sanitize
+
     try:
-        print(f"tui-chat: {text}", file=sys.stderr, flush=True)
+        print(f"tui-chat: {sanitize(text)}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):
         pass
 
@@ -203,10 +212,12 @@ def run_headless(
             sys.stdout.flush()
 
     try:
-        engine.load()
+        info = engine.load()
     except EngineError as exc:
         _say(str(exc))
         return 2
+    for notice in info.notices:
+        _say(notice)
     messages: list[ChatMessage] = []
     if config.system_prompt:
         messages.append({"role": "system", "content": config.system_prompt})

@@ -280,6 +280,8 @@ class ChatApp(App[int]):
         # reply scans only what the reply made (they showed as 50 ms frames).
         gc.freeze()
         self.model_info = message.info
+        for notice in message.info.notices:  # e.g. GPU offload asked of a CPU build (C39)
+            self.notify(sanitize(notice), severity="warning", markup=False, timeout=10)
         self.state = "ready"
         self._update_status()
         self._start_next()
