@@ -63,10 +63,20 @@ class LlamaVocab:
             llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
         )
         self._texts: dict[int, str | None] = {}
+        self._glue_cache: dict[str, tuple[int, ...]] = {}
 
     def tokenize(self, text: str, special: bool) -> list[int]:
-        """Tokens of ``text`` (no BOS); ``special`` parses special-token text."""
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special))
+        """Tokens of ``text`` (no BOS); ``special`` parses special-token text.
+
+        Template glue (``special=True``) is the same few strings turn after turn, so
+        their tokens are kept (up to 256 strings) rather than computed every prompt.
+        """
+        if special and text in self._glue_cache:
+            return list(self._glue_cache[text])
+        tokens = list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special))
+        if special and len(self._glue_cache) < 256:
+            self._glue_cache[text] = tuple(tokens)
+        return tokens
 
     def special_text(self, token: int) -> str | None:
         """Text of a CONTROL, USER_DEFINED or UNKNOWN token; None for other tokens."""
