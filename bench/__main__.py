@@ -88,11 +88,12 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
     quick = args.quick
     if group == "real":
         from bench import real_runs
-        from tui_chat.paths import default_model_path
+        from tui_chat.paths import gemma_model_path
 
-        model = default_model_path()
+        # Gemma 3 270M, a base model that writes to the token limit, as in earlier runs.
+        model = gemma_model_path()
         if not model.exists():
-            raise RuntimeError(f"the bundled model is not at {model}: run 'make model'")
+            raise RuntimeError(f"the bundled model is not at {model}: run 'make models'")
         return await real_runs.real_group(
             model, rounds=1 if quick else 3, n_cancel=4 if quick else 10
         )

@@ -11,9 +11,18 @@ import pytest
 
 from tui_chat.config import Config
 from tui_chat.engine.base import SamplingParams
-from tui_chat.paths import DEFAULT_MODEL_FILE, project_models_dir
+from tui_chat.paths import (
+    DEFAULT_MODEL_FILE,
+    GEMMA_MODEL_FILE,
+    SMOLLM2_MODEL_FILE,
+    project_models_dir,
+)
 
 MODEL_PATH = project_models_dir() / DEFAULT_MODEL_FILE
+"""The default model (SmolLM2 135M Instruct): what `tui-chat` without --model runs."""
+GEMMA_PATH = project_models_dir() / GEMMA_MODEL_FILE
+"""Gemma 3 270M, a base model without a chat template: the built-in template path."""
+SMOLLM2_PATH = project_models_dir() / SMOLLM2_MODEL_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -30,18 +39,29 @@ def _isolated_dirs(
         monkeypatch.setenv(var, str(home / sub))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if MODEL_PATH.exists():
-        return
-    skip = pytest.mark.skip(reason=f"bundled model not in {MODEL_PATH} (run 'make model')")
-    for item in items:
-        if "real" in item.keywords:
-            item.add_marker(skip)
+def need_model(path: Path) -> Path:
+    """``path``, or skip the test when that bundled model is not in ``models/``."""
+    if not path.exists():
+        pytest.skip(f"bundled model not in {path} (run 'make models')")
+    return path
 
 
 @pytest.fixture
 def model_path() -> Path:
-    return MODEL_PATH
+    """The default model's path; skips the test when it is missing."""
+    return need_model(MODEL_PATH)
+
+
+@pytest.fixture
+def gemma_path() -> Path:
+    """Gemma 3 270M's path; skips the test when it is missing."""
+    return need_model(GEMMA_PATH)
+
+
+@pytest.fixture
+def smollm2_path() -> Path:
+    """SmolLM2 135M Instruct's path; skips the test when it is missing."""
+    return need_model(SMOLLM2_PATH)
 
 
 def fake_config(**overrides: object) -> Config:

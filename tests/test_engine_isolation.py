@@ -16,6 +16,7 @@ HEADLESS_MODULES = [
     "tui_chat.engine.fake",
     "tui_chat.engine.templates",
     "tui_chat.engine.modelfile",
+    "tui_chat.engine.prompt",
     "tui_chat.engine.llama",
     "tui_chat.engine.native_log",
     "tui_chat.session",

@@ -1,7 +1,8 @@
-"""Tests with the bundled Gemma 3 270M GGUF: what only a real model shows.
+"""Tests with the bundled models: what only a real model shows.
 
-Chat template and BOS (C13), KV cache reuse (C20), prefill cancel (C08), a two-turn
-chat and a cancel through the app, headless mode.
+Gemma 3 270M (no chat template in its GGUF: the built-in template path): chat template
+and BOS (C13), KV cache reuse (C20), prefill cancel (C08), a two-turn chat and a cancel
+through the app. The default model (SmolLM2 135M Instruct): headless mode.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODEL_PATH, fake_config, wait_for
+from tests.conftest import GEMMA_PATH, fake_config, need_model, wait_for
 from tests.helpers import screen_text
 from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams, TokenPiece
 from tui_chat.engine.llama import LlamaEngine
+from tui_chat.engine.prompt import content as content_part
+from tui_chat.engine.prompt import glue as glue_part
+from tui_chat.engine.prompt import tokenize_parts
 from tui_chat.engine.stream import StreamStats, run_stream
 from tui_chat.ui.app import make_app
 
@@ -45,7 +49,7 @@ class Collect:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaEngine]:
-    eng = LlamaEngine(MODEL_PATH, n_ctx=8192, n_batch=256)
+    eng = LlamaEngine(need_model(GEMMA_PATH), n_ctx=8192, n_batch=256)
     eng.load()
     yield eng
     eng.close()
@@ -80,8 +84,14 @@ def test_c20_turn_two_evaluates_only_new_tokens(engine: LlamaEngine, reply_1_tok
     sink = Collect()
     run_stream(engine, messages, SamplingParams(max_tokens=4, seed=3), CancelToken(), sink)
     prompt_2 = engine.last_prompt_tokens
-    glue = engine.tokenize(
-        "<end_of_turn>\n<start_of_turn>user\nAnd the sky?<end_of_turn>\n<start_of_turn>model\n"
+    assert engine.vocab is not None
+    glue = tokenize_parts(
+        [
+            glue_part("<end_of_turn>\n<start_of_turn>user\n"),
+            content_part("And the sky?"),
+            glue_part("<end_of_turn>\n<start_of_turn>model\n"),
+        ],
+        engine.vocab,
     )
     (prefill,) = sink.prefill
     assert prefill.n_prompt_tokens == len(prompt_2)
@@ -128,8 +138,8 @@ def test_cancel_in_decode_is_honoured_within_one_step(engine: LlamaEngine) -> No
     assert len(pieces) == 5 or pieces[-1].eog
 
 
-async def test_two_turn_chat_through_the_app() -> None:
-    engine = LlamaEngine(MODEL_PATH, n_ctx=2048)
+async def test_two_turn_chat_through_the_app(gemma_path: Path) -> None:
+    engine = LlamaEngine(gemma_path, n_ctx=2048)
     config = fake_config(sampling=SamplingParams(max_tokens=24, seed=11))
     app = make_app(config, engine)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -149,8 +159,10 @@ async def test_two_turn_chat_through_the_app() -> None:
         assert last is not None and last.stats.n_evaluated < last.stats.n_prompt_tokens
 
 
-async def test_cancel_mid_reply_then_correct_next_turn_through_the_app() -> None:
-    engine = LlamaEngine(MODEL_PATH, n_ctx=2048)
+async def test_cancel_mid_reply_then_correct_next_turn_through_the_app(
+    gemma_path: Path,
+) -> None:
+    engine = LlamaEngine(gemma_path, n_ctx=2048)
     config = fake_config(sampling=SamplingParams(max_tokens=400, seed=5, repeat_penalty=1.0))
     app = make_app(config, engine)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -181,7 +193,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_headless_prints_reply_and_nothing_on_stderr() -> None:
+def test_headless_prints_reply_and_nothing_on_stderr(model_path: Path) -> None:
     out = _run_cli("-p", "Name three colors.", "--max-tokens", "32", "--seed", "1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
@@ -189,7 +201,7 @@ def test_headless_prints_reply_and_nothing_on_stderr() -> None:
     assert "<end_of_turn>" not in out.stdout
 
 
-def test_headless_reads_the_prompt_from_stdin() -> None:
+def test_headless_reads_the_prompt_from_stdin(model_path: Path) -> None:
     out = subprocess.run(
         [TUI_CHAT, "--max-tokens", "8", "--seed", "1"],
         input="Name a fruit.",
@@ -201,7 +213,7 @@ def test_headless_reads_the_prompt_from_stdin() -> None:
     assert out.stdout.strip() and out.stderr == ""
 
 
-def test_c12_closed_stderr_two_turns_answer(tmp_path: Path) -> None:
+def test_c12_closed_stderr_two_turns_answer(tmp_path: Path, model_path: Path) -> None:
     # The same prompt twice with fd 2 closed: once per process (headless), and twice in
     # one process through the engine (llama-cpp-python's fd juggling used to fail here).
     for _ in range(2):
@@ -224,7 +236,7 @@ def test_c12_closed_stderr_two_turns_answer(tmp_path: Path) -> None:
         "class S:\n"
         "    def on_prefill(self, e, s): pass\n"
         "    def on_text(self, t, s): pass\n"
-        f"eng = LlamaEngine({str(MODEL_PATH)!r}, n_ctx=1024)\n"
+        f"eng = LlamaEngine({str(model_path)!r}, n_ctx=1024)\n"
         "eng.load()\n"
         "msgs = [{'role': 'user', 'content': 'Say hi.'}]\n"
         "for _ in range(2):\n"
@@ -239,8 +251,8 @@ def test_c12_closed_stderr_two_turns_answer(tmp_path: Path) -> None:
     assert all(line.split(" ", 1)[1] not in ("''", '""') for line in lines)
 
 
-async def test_c18_prompt_larger_than_the_window_gets_a_clear_message() -> None:
-    engine = LlamaEngine(MODEL_PATH, n_ctx=256)
+async def test_c18_prompt_larger_than_the_window_gets_a_clear_message(gemma_path: Path) -> None:
+    engine = LlamaEngine(gemma_path, n_ctx=256)
     config = fake_config(sampling=SamplingParams(max_tokens=16, seed=1))
     app = make_app(config, engine)
     async with app.run_test(size=(120, 30)) as pilot:
@@ -259,8 +271,8 @@ async def test_c18_prompt_larger_than_the_window_gets_a_clear_message() -> None:
         assert app.last_reply.reason in ("stop", "length")
 
 
-def test_c19_oldest_turns_dropped_to_fit_small_window() -> None:
-    engine = LlamaEngine(MODEL_PATH, n_ctx=512)
+def test_c19_oldest_turns_dropped_to_fit_small_window(gemma_path: Path) -> None:
+    engine = LlamaEngine(gemma_path, n_ctx=512)
     engine.load()
     try:
         messages: list[ChatMessage] = [{"role": "system", "content": "You are terse."}]

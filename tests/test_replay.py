@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODEL_PATH, fake_config, wait_for
+from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
 from tests.test_trace import replies_done
 from tui_chat.cli import main
@@ -183,7 +183,7 @@ async def test_fake_recording_replays_to_the_same_screen(tmp_path: Path) -> None
 
 @pytest.mark.real
 async def test_real_model_reply_recorded_with_trace_replays_identically(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model_path: Path
 ) -> None:
     path = tmp_path / "real.jsonl"
     sampling = SamplingParams(max_tokens=48, seed=7)
@@ -203,7 +203,7 @@ async def test_real_model_reply_recorded_with_trace_replays_identically(
     tracer = Tracer(app_trace)
     try:
         recorded, rows = await run_and_capture(
-            Config(sampling=sampling), LlamaEngine(MODEL_PATH), [prompt], tracer
+            Config(sampling=sampling), LlamaEngine(model_path), [prompt], tracer
         )
     finally:
         tracer.close()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from tests.conftest import MODEL_PATH
+from tests.conftest import GEMMA_PATH
 from tests.e2e.terminal import PtyProcess, app_env, mode_changes, tui_chat_argv, visible_text
 from tui_chat.engine.modelfile import (
     ModelFileError,
@@ -62,7 +62,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def model_path_or_none() -> Path | None:
-    return MODEL_PATH if MODEL_PATH.exists() else None
+    return GEMMA_PATH if GEMMA_PATH.exists() else None
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +227,8 @@ def test_tui_mode_with_stdout_not_a_terminal_suggests_p(model_path: Path) -> Non
 
 
 @pytest.mark.real
-def test_memory_check_compares_the_weights_with_the_memory(model_path: Path) -> None:
-    header = check_model_file(model_path)
+def test_memory_check_compares_the_weights_with_the_memory(gemma_path: Path) -> None:
+    header = check_model_file(gemma_path)
     assert 0.9 * header.size_bytes < header.tensor_data_bytes <= header.size_bytes
     check_fits_in_memory(header)  # 236 MiB of weights fit here
     with pytest.raises(ModelFileError, match="too big for this machine"):

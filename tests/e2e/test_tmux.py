@@ -1,7 +1,7 @@
 """tui-chat in a real terminal: tmux panes, real keys, the screen as the user sees it.
 
-Each test starts the ``tui-chat`` command (the bundled model, or the scripted fake
-engine where a test needs exact model output) in a detached tmux session, types with
+Each test starts the ``tui-chat`` command (a bundled model, or the scripted fake engine
+where a test needs exact model output) in a detached tmux session, types with
 ``tmux send-keys`` and reads the pane with ``tmux capture-pane``. Waiting is always
 polling the pane until a condition holds, with generous timeouts for a loaded 2-core
 machine.
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from textual.binding import Binding
 
+from tests.conftest import GEMMA_PATH
 from tests.e2e.fake_app import C22_PIECES
 from tests.e2e.terminal import (
     LOAD_TIMEOUT_S,
@@ -44,6 +45,10 @@ StartPane = Callable[..., TmuxPane]
 
 QUESTION = "Write a short poem about the sea."
 SEED = ("--seed", "7")
+# Tests that act while a reply streams use Gemma 3 270M, a base model that writes on
+# to the token limit, at the sampling these tests were written with; the instruct
+# default model may end its reply first.
+LONG_REPLY = ("--model", str(GEMMA_PATH), "--temperature", "0.7", "--top-p", "0.95", *SEED)
 
 
 def wait_ready(pane: TmuxPane, record: list[str] | None = None) -> str:
@@ -70,8 +75,8 @@ def assert_no_native_log(screens: list[str]) -> None:
 
 
 @pytest.mark.real
-def test_a_question_gets_a_streamed_reply(tmux_pane: StartPane, model_path: Path) -> None:
-    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "64"), app_env())
+def test_a_question_gets_a_streamed_reply(tmux_pane: StartPane, gemma_path: Path) -> None:
+    pane = tmux_pane(tui_chat_argv(*LONG_REPLY, "--max-tokens", "64"), app_env())
     screens: list[str] = []
     wait_ready(pane, screens)
     pane.send_text(QUESTION)
@@ -101,9 +106,9 @@ def test_a_question_gets_a_streamed_reply(tmux_pane: StartPane, model_path: Path
 
 @pytest.mark.real
 def test_esc_stops_a_long_reply_and_the_next_question_is_answered(
-    tmux_pane: StartPane, model_path: Path
+    tmux_pane: StartPane, gemma_path: Path
 ) -> None:
-    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "200"), app_env(), 100, 40)
+    pane = tmux_pane(tui_chat_argv(*LONG_REPLY, "--max-tokens", "200"), app_env(), 100, 40)
     wait_ready(pane)
     pane.send_text(QUESTION)
     pane.send_keys("Enter")
@@ -147,9 +152,9 @@ def _painted_at(width: int) -> Callable[[str], bool]:
 
 @pytest.mark.real
 def test_resize_during_a_reply_leaves_a_clean_screen(
-    tmux_pane: StartPane, model_path: Path
+    tmux_pane: StartPane, gemma_path: Path
 ) -> None:
-    argv = tui_chat_argv(*SEED, "--max-tokens", "150")
+    argv = tui_chat_argv(*LONG_REPLY, "--max-tokens", "150")
     final_size = (72, 22)
     pane = tmux_pane(argv, app_env(), 100, 30)
     wait_ready(pane)
@@ -186,8 +191,8 @@ def _shown_bindings() -> list[Binding]:
 
 
 @pytest.mark.real
-def test_every_footer_action_is_reachable_at_80x24(tmux_pane: StartPane, model_path: Path) -> None:
-    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "300"), app_env(), 80, 24)
+def test_every_footer_action_is_reachable_at_80x24(tmux_pane: StartPane, gemma_path: Path) -> None:
+    pane = tmux_pane(tui_chat_argv(*LONG_REPLY, "--max-tokens", "300"), app_env(), 80, 24)
     wait_ready(pane)
     # Idle: everything but "stop the reply" (there is none) is in the footer.
     idle = [b.description for b in _shown_bindings() if b.action != "stop_reply"]
@@ -279,7 +284,7 @@ def _terminal_state(pane: TmuxPane) -> dict[str, str]:
 
 @pytest.mark.real
 def test_ctrl_q_during_a_reply_leaves_the_terminal_as_it_was(
-    tmux_pane: StartPane, model_path: Path
+    tmux_pane: StartPane, gemma_path: Path
 ) -> None:
     # What the terminal looks like after a program that changes nothing.
     baseline = tmux_pane(["true"], app_env())
@@ -287,7 +292,7 @@ def test_ctrl_q_during_a_reply_leaves_the_terminal_as_it_was(
     clean = _terminal_state(baseline)
     assert clean["alternate_on"] == "0" and clean["cursor_flag"] == "1"
 
-    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "400"), app_env())
+    pane = tmux_pane(tui_chat_argv(*LONG_REPLY, "--max-tokens", "400"), app_env())
     wait_ready(pane)
     in_app = _terminal_state(pane)
     assert in_app["alternate_on"] == "1" and in_app["mouse_any_flag"] == "1"  # the oracle
@@ -307,9 +312,9 @@ def test_ctrl_q_during_a_reply_leaves_the_terminal_as_it_was(
 
 @pytest.mark.real
 def test_c24_tmux_session_killed_mid_story_keeps_what_was_on_screen(
-    tmux_pane: StartPane, model_path: Path
+    tmux_pane: StartPane, gemma_path: Path
 ) -> None:
-    pane = tmux_pane(tui_chat_argv(*SEED, "--max-tokens", "400"), app_env(), 100, 40)
+    pane = tmux_pane(tui_chat_argv(*LONG_REPLY, "--max-tokens", "400"), app_env(), 100, 40)
     wait_ready(pane)
     question = "Write a long story about a cat."
     pane.send_text(question)

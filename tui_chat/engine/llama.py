@@ -7,10 +7,14 @@ Prefill is fed in ``n_batch`` chunks with a cancel check between chunks, so Esc 
 a long prompt is honoured within one prompt batch (replay case C08). Decode checks
 the cancel flag once per step.
 
-KV cache reuse across turns: the engine remembers the tokens of the previous prompt and
-reply. When the new prompt text starts with that text (the usual case: history plus
-a new message), the new prompt's tokens are those cached tokens plus the tokens of the
-new suffix alone, so re-tokenising the earlier reply can never move a token boundary
+Special tokens come only from the chat template's glue: message content is tokenised
+as plain text (:mod:`tui_chat.engine.prompt`), and the prompt starts with exactly one
+BOS token when the model wants one (issue 8).
+
+KV cache reuse across turns: the engine remembers the prompt parts and tokens of the
+previous prompt and reply. When the new prompt starts with those parts (the usual case:
+history plus a new message), its tokens are the cached tokens plus the tokens of the
+new parts alone, so re-tokenising the earlier reply can never move a token boundary
 and waste the cache (case C20). Then only tokens after the longest common prefix with
 the KV cache are evaluated.
 """
@@ -35,8 +39,62 @@ from tui_chat.engine.base import (
     SamplingParams,
     TokenPiece,
 )
-from tui_chat.engine.modelfile import ModelFileError, ModelHeader, check_model_file
+from tui_chat.engine.modelfile import (
+    ModelFileError,
+    ModelHeader,
+    check_model_file,
+    checked_metadata,
+)
+from tui_chat.engine.prompt import Prompt, content, normalize, remainder, tokenize_parts
 from tui_chat.engine.templates import ChatTemplate, choose_template
+
+
+class LlamaVocab:
+    """A llama.cpp vocabulary as :class:`tui_chat.engine.prompt.Vocab` wants it."""
+
+    def __init__(self, llm: Any, piece: Any) -> None:
+        import llama_cpp
+
+        self._llm = llm
+        self._vocab = llm._model.vocab
+        self._piece = piece
+        self._get_attr = llama_cpp.llama_vocab_get_attr
+        self._special_attrs = (
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        )
+        self._control_attrs = (
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        )
+        self._texts: dict[int, str | None] = {}
+        self._glue_cache: dict[str, tuple[int, ...]] = {}
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        """Tokens of ``text`` (no BOS); ``special`` parses special-token text.
+
+        Template glue (``special=True``) is the same few strings turn after turn, so
+        their tokens are kept (up to 256 strings) rather than computed every prompt.
+        """
+        if special and text in self._glue_cache:
+            return list(self._glue_cache[text])
+        tokens = list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special))
+        if special and len(self._glue_cache) < 256:
+            self._glue_cache[text] = tuple(tokens)
+        return tokens
+
+    def special_text(self, token: int) -> str | None:
+        """Text of a CONTROL, USER_DEFINED or UNKNOWN token; None for other tokens."""
+        if token not in self._texts:
+            text = None
+            if self._get_attr(self._vocab, token) & self._special_attrs:
+                text = self._piece(token, special=True).decode("utf-8", "replace")
+            self._texts[token] = text
+        return self._texts[token]
+
+    def is_control(self, token: int) -> bool:
+        """True for a token that plain text never yields (CONTROL or UNKNOWN)."""
+        return bool(self._get_attr(self._vocab, token) & self._control_attrs)
 
 
 class LlamaEngine:
@@ -57,6 +115,9 @@ class LlamaEngine:
         log_path: the file llama.cpp's native log lines go to (see
             :mod:`tui_chat.engine.native_log`); None keeps them in memory only. They
             never reach the terminal either way.
+        default_system_prompt: the system message for a conversation that has none,
+            or None to render such a conversation as it is (a Jinja template may
+            then write a system prompt of its own).
     """
 
     def __init__(
@@ -69,6 +130,7 @@ class LlamaEngine:
         n_batch: int = 256,
         chat_format: str | None = None,
         log_path: Path | None = None,
+        default_system_prompt: str | None = None,
     ) -> None:
         self._header = model if isinstance(model, ModelHeader) else None
         self.model_path = model.path if isinstance(model, ModelHeader) else Path(model)
@@ -78,13 +140,16 @@ class LlamaEngine:
         self.n_batch = n_batch
         self.chat_format = chat_format
         self.log_path = log_path
+        self.default_system_prompt = default_system_prompt
         self._llm: Any = None
         self._template: ChatTemplate | None = None
         self._info: ModelInfo | None = None
         self._busy = threading.Lock()
-        # Tokens whose text is exactly self._cached_text (prompt + reply of last turn).
+        # Tokens of exactly self._cached_parts (prompt + reply of the last turn).
         self._cached_tokens: list[int] = []
-        self._cached_text = ""
+        self._cached_parts: Prompt = ()
+        self._prompt_vocab: LlamaVocab | None = None
+        self.last_prompt_tokens: list[int] = []
         self._bos: int | None = None
         self._piece_buf = (ctypes.c_char * 256)()
 
@@ -93,23 +158,41 @@ class LlamaEngine:
         return self._info
 
     @property
+    def vocab(self) -> LlamaVocab | None:
+        """The loaded model's vocabulary (tokenize, special tokens), None before load."""
+        return self._prompt_vocab
+
+    @property
     def stop_strings(self) -> Sequence[str]:
         return self._template.stop_strings if self._template else ()
 
     def load(self) -> ModelInfo:
-        """Load the GGUF (seconds). Raises :class:`EngineError` with a clear message."""
+        """Load the GGUF (seconds).
+
+        Returns:
+            The loaded model's :class:`ModelInfo`; its ``notices`` hold one-line
+            warnings for the user (GPU offload asked of a build without it, a chat
+            template that could not be used).
+
+        Raises:
+            ModelFileError: the file is not a usable GGUF (see
+                :func:`~tui_chat.engine.modelfile.check_model_file`) or llama.cpp
+                could not load it; the message says why.
+            EngineError: a ``--chat-format`` that does not fit the model.
+        """
         header = self._header or check_model_file(self.model_path)
         from tui_chat.engine import native_log
 
-        warnings: list[str] = []
+        notices: list[str] = []
         try:
             native_log.install(self.log_path)
         except OSError as exc:
             native_log.install(None)
-            warnings.append(
+            notices.append(
                 f"llama.cpp's log cannot be written to {self.log_path}: "
                 f"{exc.strerror or exc}; it is kept in memory only"
             )
+        import jinja2
         import llama_cpp
 
         n_before = len(native_log.recent_lines(200))
@@ -124,30 +207,51 @@ class LlamaEngine:
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelFileError(self._load_failure(str(exc), n_before)) from exc
+        except jinja2.TemplateError as exc:
+            # llama-cpp-python compiles every chat template of the GGUF while loading,
+            # and lets a syntax error escape from its constructor.
+            raise ModelFileError(
+                f"{self.model_path}: its chat template (tokenizer.chat_template) is not "
+                f"valid Jinja ({str(exc)[:120]!r}), and llama-cpp-python will not load "
+                "a file with a broken template"
+            ) from exc
         self._llm = llm
         vocab = llm._model.vocab
         self._vocab = vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
         self._token_to_piece = llama_cpp.llama_token_to_piece
+        self._prompt_vocab = LlamaVocab(llm, self._piece)
         add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        self._bos = llm.token_bos() if add_bos else None
-        bos_text = self._piece(llm.token_bos(), special=True).decode("utf-8", "replace")
-        eos_text = self._piece(llm.token_eos(), special=True).decode("utf-8", "replace")
+        self._bos = llm.token_bos() if add_bos and llm.token_bos() >= 0 else None
+        bos_text, eos_text = (
+            self._piece(t, special=True).decode("utf-8", "replace") if t >= 0 else ""
+            for t in (llm.token_bos(), llm.token_eos())
+        )
+        metadata = checked_metadata(llm.metadata)
+        metadata["general.architecture"] = header.architecture
         try:
-            self._template = choose_template(llm.metadata, self.chat_format, bos_text, eos_text)
+            self._template, note = choose_template(
+                metadata, self.chat_format, bos_text, eos_text, strip_bos=self._bos is not None
+            )
         except ValueError as exc:
             raise EngineError(str(exc)) from exc
+        if note:
+            notices.append(note)
+        n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
         offloaded = 0
-        if self.n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
-            n_layers = llama_cpp.llama_model_n_layer(llm.model)
-            offloaded = n_layers if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_layers)
+        if self.n_gpu_layers:
+            if llama_cpp.llama_supports_gpu_offload():
+                offloaded = n_layers if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_layers)
+            else:
+                notices.append(no_gpu_offload_notice(self.n_gpu_layers))
         self._info = ModelInfo(
             name=self.model_path.name.removesuffix(".gguf"),
             n_ctx=llm.n_ctx(),
             chat_format=self._template.name,
             architecture=header.architecture,
             n_gpu_layers=offloaded,
-            warnings=tuple(warnings),
+            n_layers=n_layers,
+            notices=tuple(notices),
         )
         return self._info
 
@@ -206,18 +310,21 @@ class LlamaEngine:
             return big.raw[:n]
         return buf.raw[:n]
 
-    def _tokenize(self, text: str) -> list[int]:
-        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
-
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of prompt text (no BOS added; turn markers become their special
-        tokens). Engine thread only."""
-        return self._tokenize(text)
-
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Text of token ids, special tokens spelled out (invalid UTF-8 replaced)."""
         data: bytes = self._llm.detokenize(list(tokens), special=True)
         return data.decode("utf-8", "replace")
+
+    @property
+    def llm(self) -> Any:
+        """The ``llama_cpp.Llama`` object (None before :meth:`load`), for tests and
+        tools that inspect the vocabulary. Engine thread only."""
+        return self._llm
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """Raw bytes of one token (llama.cpp's token-to-piece); ``special`` spells out
+        control tokens."""
+        return self._piece(token, special)
 
     @property
     def bos_token_id(self) -> int | None:
@@ -229,25 +336,49 @@ class LlamaEngine:
         """Tokens in the KV cache (prompt and reply tokens evaluated so far)."""
         return int(self._llm.n_tokens) if self._llm is not None else 0
 
-    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[str, list[int]]:
-        """Render and tokenise a conversation: exactly one BOS (if the model wants one)."""
-        assert self._template is not None
-        text = self._template.render(messages)
-        if self._cached_text and text.startswith(self._cached_text):
-            tokens = self._cached_tokens + self._tokenize(text[len(self._cached_text) :])
-        else:
-            tokens = ([self._bos] if self._bos is not None else []) + self._tokenize(text)
-        return text, tokens
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[Prompt, list[int]]:
+        """Render and tokenise a conversation.
 
-    def _fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> tuple[str, list[int], int]:
+        Message content is plain text: special tokens come only from the template's
+        glue, and the prompt starts with exactly one BOS token when the model wants one
+        (none for a model that adds no BOS).
+
+        Returns:
+            The rendered prompt parts and their tokens.
+
+        Raises:
+            EngineError: the chat template refused the conversation (a Jinja
+                template's ``raise_exception``, or an error inside the template).
+        """
+        assert self._template is not None and self._prompt_vocab is not None
+        import jinja2
+
+        if self.default_system_prompt is not None and all(m["role"] != "system" for m in messages):
+            messages = [{"role": "system", "content": self.default_system_prompt}, *messages]
+        try:
+            parts = normalize(self._template.render(messages))
+        except (jinja2.TemplateError, ValueError, TypeError, LookupError) as exc:
+            # The message may come from the GGUF (a template's raise_exception): quoted.
+            raise EngineError(
+                f"the chat template failed on this conversation: {str(exc)[:200]!r}"
+            ) from exc
+        rest = remainder(parts, self._cached_parts) if self._cached_parts else None
+        if rest is not None:
+            return parts, self._cached_tokens + tokenize_parts(rest, self._prompt_vocab)
+        bos = [self._bos] if self._bos is not None else []
+        return parts, bos + tokenize_parts(parts, self._prompt_vocab)
+
+    def _fit(
+        self, messages: Sequence[ChatMessage], max_tokens: int
+    ) -> tuple[Prompt, list[int], int]:
         """Drop the oldest turns (keeping system messages) until the prompt fits."""
         reserve = min(max_tokens, self.n_ctx // 4)
         msgs = list(messages)
         dropped = 0
         while True:
-            text, tokens = self.prompt_tokens(msgs)
+            parts, tokens = self.prompt_tokens(msgs)
             if len(tokens) + reserve <= self.n_ctx:
-                return text, tokens, dropped
+                return parts, tokens, dropped
             idx = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
             if idx is None:
                 raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
@@ -272,7 +403,7 @@ class LlamaEngine:
     ) -> Iterator[EngineEvent]:
         llm = self._llm
         t0 = time.perf_counter()
-        text, tokens, dropped = self._fit(messages, params.max_tokens)
+        parts, tokens, dropped = self._fit(messages, params.max_tokens)
         # The KV cache holds llm.input_ids[:llm.n_tokens]. Reuse its longest common
         # prefix with the new prompt, keeping at least one token to evaluate so the
         # logits for the first sample are fresh.
@@ -286,8 +417,8 @@ class LlamaEngine:
             lcp = 0
             llm.reset()
         llm.n_tokens = lcp
-        # Forget the cached text until this turn's tokens are known.
-        self._cached_text, self._cached_tokens = "", []
+        # Forget the cached prompt until this turn's tokens are known.
+        self._cached_parts, self._cached_tokens = (), []
         body = tokens[lcp:-1]
         for i in range(0, len(body), self.n_batch):
             if cancel.is_set():
@@ -340,13 +471,30 @@ class LlamaEngine:
                 reply_text = reply_bytes.decode("utf-8")
             except UnicodeDecodeError:
                 reply_text = ""
-            if reply_text:
-                self._cached_text = text + reply_text
+            tokens_of = self._prompt_vocab
+            if reply_text and tokens_of and not any(tokens_of.is_control(t) for t in reply):
+                self._cached_parts = normalize((*parts, content(reply_text)))
                 self._cached_tokens = tokens + reply
+            else:
+                # A reply that holds a control token is not spliced into the next
+                # prompt: there it is plain text like every other message.
+                self._cached_parts, self._cached_tokens = parts, list(tokens)
             self.last_prompt_tokens = tokens
 
     def close(self) -> None:
         """Free the model (native memory). Safe to call twice."""
+        self._cached_parts, self._cached_tokens = (), []
         llm, self._llm = self._llm, None
         if llm is not None:
             llm.close()
+
+
+def no_gpu_offload_notice(n_gpu_layers: int) -> str:
+    """The warning for ``--n-gpu-layers`` on a llama-cpp-python build without GPU
+    offload (``llama_supports_gpu_offload()`` is false): replay case C39, where such a
+    run went on on the CPU without a word."""
+    return (
+        f"--n-gpu-layers {n_gpu_layers} asks for GPU offload, but this llama-cpp-python "
+        "build has none (a CPU build, or no GPU found): the model runs on the CPU. "
+        "For a CUDA build: make run CUDA=1 (needs the CUDA toolkit)"
+    )

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -32,6 +34,16 @@ _NOT_CHAT = {
     "clip": "a vision projector (mmproj) GGUF, not a language model; "
     "pass the language model's GGUF to --model",
 }
+
+
+_MAX_STRING_BYTES = 1 << 24
+"""Longest GGUF string read (bytes): far above any real one (chat templates are kB)."""
+MAX_ARCHITECTURE_BYTES = 64
+"""Longest ``general.architecture`` accepted (llama.cpp's names are under 20 bytes)."""
+MAX_NAME_CHARS = 256
+"""``general.name`` is cut to this many characters: it is only ever shown."""
+_ARCHITECTURE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+"""What llama.cpp's architecture names look like (``gemma3``, ``jina-bert-v2``)."""
 
 
 class ModelFileError(EngineError):
@@ -174,48 +186,110 @@ def _read_header(p: Path, size: int) -> ModelHeader:
     ``gguf.GGUFReader`` parses the whole file eagerly (about 10 s for the bundled
     model's 262k-token vocabulary on this machine), so we read only the first keys,
     which converters write first; the type ids are ``gguf.GGUFValueType``'s.
+
+    Both are checked where they are read (issue 8): the architecture must be a string
+    of at most :data:`MAX_ARCHITECTURE_BYTES` that looks like an architecture name
+    (a GGUF whose architecture held terminal escape sequences had them printed raw in
+    the error line: replay case C31); the name must be a string, is decoded leniently
+    and cut to :data:`MAX_NAME_CHARS`. Error messages quote file text with ``repr``.
     """
-    found: dict[str, str] = {}
+    arch: str | None = None
+    name: str | None = None
     try:
         with p.open("rb") as f:
             magic, version, _n_tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
             if version < 2:
                 raise ValueError(f"GGUF version {version} is too old")
             for _ in range(min(n_kv, 4096)):
-                key = _read_str(f)
+                key = _read_bytes(f, _MAX_STRING_BYTES)
                 (vtype,) = struct.unpack("<I", f.read(4))
+                if key == b"general.architecture" and vtype != _STRING:
+                    raise ModelFileError(
+                        f"{p}: general.architecture is of GGUF type {vtype}, not a "
+                        "string; not a model file"
+                    )
                 if vtype == _STRING:
-                    value = _read_str(f)
-                    if key in ("general.architecture", "general.name"):
-                        found[key] = value
+                    if key == b"general.architecture":
+                        arch = _architecture(p, _read_bytes(f, _MAX_STRING_BYTES))
+                    elif key == b"general.name":
+                        raw = _read_bytes(f, _MAX_STRING_BYTES)
+                        name = raw.decode("utf-8", "replace")[:MAX_NAME_CHARS]
+                    else:
+                        _skip_bytes(f, _MAX_STRING_BYTES)
                 elif vtype in _SCALAR_SIZES:
                     f.seek(_SCALAR_SIZES[vtype], 1)
                 elif vtype == _ARRAY:
                     break  # vocabularies: everything we need comes before them
                 else:
-                    raise ValueError(f"unknown value type {vtype} for key {key!r}")
-                if "general.architecture" in found and "general.name" in found:
+                    raise ValueError(f"unknown value type {vtype} for key {key[:64]!r}")
+                if arch is not None and name is not None:
                     break
-    except (OSError, ValueError, struct.error, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, struct.error) as exc:
         raise ModelFileError(f"{p} has a malformed GGUF header: {exc}") from exc
-    arch = found.get("general.architecture", "")
     if not arch:
         raise ModelFileError(f"{p} is a GGUF without general.architecture; not a model file")
     if arch in _NOT_CHAT:
         raise ModelFileError(f"{p} is {_NOT_CHAT[arch]}")
-    return ModelHeader(
-        path=p, size_bytes=size, architecture=arch, name=found.get("general.name") or p.stem
-    )
+    return ModelHeader(path=p, size_bytes=size, architecture=arch, name=name or p.stem)
 
 
-def _read_str(f: BinaryIO) -> str:
+def _architecture(p: Path, raw: bytes) -> str:
+    """``general.architecture`` checked: short, ASCII, an architecture-like name.
+
+    Raises:
+        ModelFileError: anything else, quoted inert (``repr``, cut to 80 bytes).
+    """
+    text = raw.decode("ascii", "replace")
+    if len(raw) > MAX_ARCHITECTURE_BYTES or not _ARCHITECTURE.fullmatch(text):
+        shown = repr(raw[:80].decode("utf-8", "replace"))
+        raise ModelFileError(
+            f"{p}: general.architecture {shown}{'...' if len(raw) > 80 else ''} is not an "
+            "architecture name; the file is damaged or not a model"
+        )
+    return text
+
+
+def checked_metadata(raw: object) -> dict[str, str]:
+    """GGUF metadata as llama-cpp-python reads it (``Llama.metadata``), checked.
+
+    llama-cpp-python returns every key/value of the header as text, whatever the file
+    holds. Only entries whose key and value are ``str`` are kept, keys of at most 256
+    characters and values of at most 16 MiB; the chat template's own limit is checked
+    where it is compiled (:data:`tui_chat.engine.templates.MAX_TEMPLATE_CHARS`). The
+    values are not made safe for display: whoever shows one passes it through the
+    sanitiser.
+
+    Args:
+        raw: the mapping (anything else gives an empty dict).
+
+    Returns:
+        The entries that passed.
+    """
+    if not isinstance(raw, Mapping):
+        return {}
+    return {
+        k: v
+        for k, v in raw.items()
+        if isinstance(k, str) and isinstance(v, str) and len(k) <= 256
+        if len(v) <= _MAX_STRING_BYTES
+    }
+
+
+def _read_bytes(f: BinaryIO, limit: int) -> bytes:
     (n,) = struct.unpack("<Q", f.read(8))
-    if n > 1 << 24:
+    if n > limit:
         raise ValueError(f"string of {n} bytes in the header")
     data = f.read(n)
     if len(data) != n:
         raise ValueError("file ends inside the header")
-    return data.decode("utf-8")
+    return data
+
+
+def _skip_bytes(f: BinaryIO, limit: int) -> None:
+    (n,) = struct.unpack("<Q", f.read(8))
+    if n > limit:
+        raise ValueError(f"string of {n} bytes in the header")
+    f.seek(n, 1)
 
 
 _GGUF_DEFAULT_ALIGNMENT = 32  # bytes; GGUF spec, overridden by general.alignment

@@ -37,7 +37,7 @@ class ModelLoaded(SessionEvent):
     """The model is loaded; queued messages are being answered.
 
     Attributes:
-        info: the loaded model (its ``warnings`` are also sent as :class:`Notice`).
+        info: the loaded model (its ``notices`` are also sent as :class:`Notice`).
     """
 
     info: ModelInfo

@@ -395,8 +395,8 @@ class ChatSession:
             if self._state == "loading":
                 self._state = "ready"
         self._emit(ModelLoaded(info))
-        for warning in info.warnings:
-            self._emit(Notice(warning, "warning"))
+        for notice in info.notices:  # e.g. GPU offload asked of a CPU build (C39)
+            self._emit(Notice(notice, "warning"))
         while not self._history_ready.wait(0.1):
             if self._closing:
                 self.engine.close()

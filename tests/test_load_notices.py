@@ -1,0 +1,47 @@
+"""A load notice (ModelInfo.notices) reaches the user once, inert: a toast in the app.
+
+The engine says when GPU offload was asked of a build without it (C39) or when the
+model's chat template could not be used; a notice may quote the model file, so it
+goes through the sanitiser (C31).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.conftest import fake_config, wait_for
+from tests.helpers import screen_text
+from tests.test_app_durability import hook
+from tui_chat.engine.base import ModelInfo
+from tui_chat.engine.fake import FakeEngine
+from tui_chat.session import Notice, SessionEvent
+from tui_chat.ui.app import make_app
+
+
+class NoticeEngine(FakeEngine):
+    """A fake engine whose load comes with notices."""
+
+    def __init__(self, notices: tuple[str, ...]) -> None:
+        super().__init__([])
+        self.notices = notices
+
+    def load(self) -> ModelInfo:
+        info = dataclasses.replace(super().load(), notices=self.notices)
+        self._info = info
+        return info
+
+
+async def test_each_load_notice_is_one_inert_toast() -> None:
+    notices = (
+        "--n-gpu-layers -1 asks for GPU offload, but this build has none",
+        "template of \x1b]0;TITLE\x07 cannot be used",
+    )
+    app = make_app(fake_config(), NoticeEngine(notices))
+    events: list[SessionEvent] = []
+    async with app.run_test(size=(120, 30), notifications=True, message_hook=hook(events)) as pilot:
+        await wait_for(lambda: app.session.model_info is not None)
+        await pilot.pause()
+        shown = [e.text for e in events if isinstance(e, Notice)]
+        assert shown == list(notices)  # each once; the app sanitizes what it shows
+        await wait_for(lambda: "asks for GPU offload" in screen_text(app))
+        assert "␛]0;TITLE␇" in screen_text(app)
