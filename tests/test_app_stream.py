@@ -181,7 +181,10 @@ async def test_message_typed_while_loading_is_sent_when_loaded() -> None:
 
 
 async def test_status_bar_shows_model_state_ttft_speed_and_context() -> None:
-    engine = FakeEngine([paced([*(["tok "] * 400), EOG], 200)], name="tiny-model", n_ctx=2048)
+    # 400 tokens, then a token an hour later: the reply streams until Esc, however
+    # loaded the machine is.
+    script = [*paced(["tok "] * 400, 200), Step(3600.0, b"late")]
+    engine = FakeEngine([script], name="tiny-model", n_ctx=2048)
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
@@ -190,10 +193,12 @@ async def test_status_bar_shows_model_state_ttft_speed_and_context() -> None:
         assert "tiny-model" in status and "ready" in status and "/2048" in status
         await send(pilot, "go")
         await wait_for(lambda: "generating" in str(app.query_one("#status").render()))
+        await wait_for(lambda: engine.n_yielded >= 400)
+        await pilot.press("escape")
         await finished(app, 1)
         await pilot.pause()
         status = str(app.query_one("#status").render())
-        assert "ready" in status and "TTFT" in status and "tok/s" in status
+        assert "interrupted" in status and "TTFT" in status and "tok/s" in status
         assert "ctx " in status
 
 
