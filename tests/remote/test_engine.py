@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.remote.conftest import free_port
+from tests.remote.llama_server import free_port
 from tests.remote.stub import (
     StubHandler,
     StubServer,

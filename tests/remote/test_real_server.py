@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import MODEL_PATH, fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
-from tests.remote.conftest import LlamaServer
+from tests.remote.llama_server import LlamaServer
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.remote import RemoteEngine, list_models
 from tui_chat.store import Store
