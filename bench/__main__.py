@@ -106,7 +106,7 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         if not model.exists():
             raise RuntimeError(f"the bundled model is not at {model}: run 'make model'")
         return await remote_runs.remote_group(
-            model, rounds=1 if quick else 3, n_cancel=3 if quick else 8
+            model, rounds=1 if quick else 5, n_cancel=3 if quick else 8
         )
     if group == "fast":
         return await fake_runs.fast_group(1 if quick else 3, interval)

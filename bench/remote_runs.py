@@ -6,10 +6,10 @@ Throughput: the same JSON body (``chat_request_body``: 256 tokens, temperature 0
 both produce the same tokens, seed 1) goes once through ``curl -N`` (each ``data:``
 line timestamped as it comes out of curl's pipe) and once through the app (the real
 app from ``make_app``, headless, painting), in interleaved rounds whose order
-alternates. Both rates are decode tokens/s as the app computes them: (events with text
-- 1) / time from the first to the last. The server keeps its KV cache between requests,
-so both sides get the same prefix reuse. The server decodes on one thread (see
-:data:`SERVER_THREADS`).
+alternates; the result is the median of the rounds' ratios. Both rates are decode
+tokens/s as the app computes them: (events with text - 1) / time from the first to the
+last. The server keeps its KV cache between requests, so both sides get the same
+prefix reuse. The server decodes on one thread (see :data:`SERVER_THREADS`).
 
 Cancel: Esc during a long reply (at a random token, 8-48), then at once ``GET
 /v1/models``, which llama-cpp-python's server answers only when the model lock is
@@ -94,7 +94,9 @@ async def throughput(
     assert isinstance(engine, RemoteEngine)
     messages: list[ChatMessage] = [{"role": "user", "content": PROMPT}]
     body = chat_request_body(engine.model, messages, params)
-    app_rates, curl_rates, counts = [], [], set()
+    app_rates: list[float] = []
+    curl_rates: list[float] = []
+    counts = set()
     same_text = True
     for i in range(rounds):
         order = ("curl", "app") if i % 2 == 0 else ("app", "curl")
@@ -118,8 +120,13 @@ async def throughput(
         same_text &= texts["curl"] == texts["app"]
     if len(counts) != 1:
         raise RuntimeError(f"bench: curl and the app received different token counts: {counts}")
+    # Paired: each round's two replies ran back to back, so the ratio of a round is the
+    # least coloured by the load of other processes, which drifts within seconds.
+    ratios = [a / c for a, c in zip(app_rates, curl_rates, strict=True)]
     return {
-        "remote_throughput_ratio": median(app_rates) / median(curl_rates),
+        "remote_throughput_ratio": median(ratios),
+        "remote_throughput_ratio_min": min(ratios),
+        "remote_throughput_ratio_max": max(ratios),
         "remote_app_tokens_per_s": median(app_rates),
         "remote_curl_tokens_per_s": median(curl_rates),
         "remote_n_tokens": float(counts.pop()),

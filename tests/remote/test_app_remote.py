@@ -4,6 +4,7 @@ a failed reply keeps its text and the app goes on; the API key never leaks."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,31 @@ def test_bad_remote_options_are_usage_errors(args: list[str], message: str) -> N
     out = run_cli("--api-base", "http://127.0.0.1:9/v1", *args, "-p", "hi", env=clean_env())
     assert out.returncode == 2
     assert message in out.stderr
+
+
+def test_ctrl_c_in_headless_mode_closes_the_stream(stub: StubServer) -> None:
+    def route(h: StubHandler) -> None:
+        h.start_stream()
+        h.write(event("Hi"))
+        h.wait_for_client_to_leave()
+
+    stub.chat(route)
+    cmd = [TUI_CHAT, "--api-base", stub.url, "--api-timeout", "600", "-p", "hi"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.read(2) == b"Hi"  # the reply is streaming; the engine waits
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, out, err) == (130, b"\n", b"")
+    assert stub.client_gone.wait(10), "the server never saw the stream closed"
