@@ -96,6 +96,7 @@ async def throughput(
     body = chat_request_body(engine.model, messages, params)
     app_rates: list[float] = []
     curl_rates: list[float] = []
+    cpu_share: list[float] = []  # the app's CPU seconds per second of a reply
     counts = set()
     same_text = True
     for i in range(rounds):
@@ -110,8 +111,10 @@ async def throughput(
             else:
                 await fresh(app)
                 app.config.sampling = params
+                cpu0, wall0 = time.process_time(), time.perf_counter()
                 previous = await send(app, pilot, PROMPT)
                 result = await finished(app, previous, 300)
+                cpu_share.append((time.process_time() - cpu0) / (time.perf_counter() - wall0))
                 if result.reason not in ("stop", "length"):
                     raise RuntimeError(f"bench: the app's reply ended with {result.error}")
                 app_rates.append(result.stats.decode_tokens_per_s or float("nan"))
@@ -130,6 +133,7 @@ async def throughput(
         "remote_app_tokens_per_s": median(app_rates),
         "remote_curl_tokens_per_s": median(curl_rates),
         "remote_n_tokens": float(counts.pop()),
+        "remote_app_cpu_share": median(cpu_share),
         "remote_same_text": 1.0 if same_text else 0.0,
     }
 

@@ -165,6 +165,8 @@ class RemoteEngine:
             seconds (the wait for the first token includes the server's prefill).
             Keep-alive comments do not count as progress.
         connect_timeout_s: limit for connecting and sending the request, in seconds.
+            A cancel while the TCP connection is still being made (a host that does
+            not answer) waits for this: the socket is not known before it connects.
 
     Raises:
         EngineError: ``api_base`` is not an http(s) URL, or the timeout is not > 0.
@@ -200,11 +202,12 @@ class RemoteEngine:
 
     @property
     def info(self) -> ModelInfo | None:
+        """The server's model (name cleaned for display), or None before :meth:`load`."""
         return self._info
 
     @property
     def stop_strings(self) -> Sequence[str]:
-        """None: the server applies the chat template and stops at its turn markers."""
+        """Empty: the server applies the chat template and stops at its turn markers."""
         return ()
 
     @property
