@@ -70,6 +70,7 @@ async def test_two_turn_chat_through_the_app(llama_server: LlamaServer, tmp_path
         assert "Name one more." in screen_text(app)
         status = str(app.query_one("#status").render())
         assert status.startswith("ready") and MODEL_PATH.name in status
+        assert "ctx" not in status  # the server does not say its window: no "ctx N/0"
         conversation_id = app.conversation_id
     assert [r["n_messages"] for r in requests] == [1, 3]  # turn 2 carries the history
     assert conversation_id is not None
