@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
-from tests.remote.stub import StubHandler, StubServer, event, reply, status
+from tests.remote.stub import Route, StubHandler, StubServer, event, reply, status
 from tui_chat.cli import make_engine, parse_config
 from tui_chat.config import api_key_from_env
 from tui_chat.engine.remote import RemoteEngine
@@ -31,11 +32,11 @@ async def finished(app: ChatApp, n_replies: int, timeout_s: float = 30) -> None:
     await wait_for(lambda: len(reply_turns(app)) >= n_replies and app._current is None, timeout_s)
 
 
-async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+async def send(pilot: Any, text: str) -> None:
     await pilot.press(*text, "enter")
 
 
-def cut_after(*pieces: str) -> object:
+def cut_after(*pieces: str) -> Route:
     def route(h: StubHandler) -> None:
         h.start_stream()
         for piece in pieces:
@@ -46,7 +47,7 @@ def cut_after(*pieces: str) -> object:
 
 
 async def test_a_failed_reply_keeps_its_text_and_the_app_goes_on(stub: StubServer) -> None:
-    stub.chat(cut_after("Hello", " wor"), reply("All good."))  # type: ignore[arg-type]
+    stub.chat(cut_after("Hello", " wor"), reply("All good."))
     app = make_app(fake_config(), RemoteEngine(stub.url))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(lambda: app.model_info is not None)
@@ -180,7 +181,7 @@ def test_the_key_comes_from_the_flag_then_tui_chat_then_openai_variable() -> Non
 
 
 def test_headless_failure_keeps_the_partial_reply_and_exits_1(stub: StubServer) -> None:
-    stub.chat(cut_after("Hello", " wor"))  # type: ignore[arg-type]
+    stub.chat(cut_after("Hello", " wor"))
     out = run_cli("--api-base", stub.url, "-p", "hi", env=clean_env())
     assert out.returncode == 1
     assert out.stdout == "Hello wor\n"
