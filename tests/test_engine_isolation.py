@@ -9,6 +9,13 @@ import sys
 
 import pytest
 
+# httpx's __init__ imports its command-line tool when it can, and that tool imports Rich
+# and click. click is not a dependency of tui-chat (a user's install has no httpx CLI),
+# but the dev extras bring it in (uvicorn, for llama-cpp-python's server). Hide the CLI
+# so the check sees what the engine itself imports.
+NO_HTTPX_CLI = "import sys; sys.modules['httpx._main'] = None\n"
+
+
 HEADLESS_MODULES = [
     "tui_chat.engine.base",
     "tui_chat.engine.decode",
@@ -19,6 +26,8 @@ HEADLESS_MODULES = [
     "tui_chat.engine.prompt",
     "tui_chat.engine.llama",
     "tui_chat.engine.native_log",
+    "tui_chat.engine.remote",
+    "tui_chat.engine.sse",
     "tui_chat.session",
     "tui_chat.store",
     "tui_chat.storage",
@@ -36,9 +45,23 @@ HEADLESS_MODULES = [
 @pytest.mark.parametrize("module", HEADLESS_MODULES)
 def test_headless_module_imports_no_ui_libraries(module: str) -> None:
     code = (
-        "import sys, importlib\n"
+        NO_HTTPX_CLI + "import importlib\n"
         f"importlib.import_module({module!r})\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_remote_engine_imports_nothing_from_the_app() -> None:
+    """The remote engine needs only the engine package (and httpx): no UI, store or paths."""
+    code = (
+        NO_HTTPX_CLI + "import sys\n"
+        "import tui_chat.engine.remote\n"
+        "bad = sorted(m for m in sys.modules if m.startswith('tui_chat.')\n"
+        "             and not m.startswith('tui_chat.engine'))\n"
+        "bad += sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui_chat.config import Config
+from tui_chat.config import Config, api_key_from_env
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
 from tui_chat.output import say, silence_output
@@ -170,12 +170,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="X",
         help="replay time scale: 2 = twice as fast, 0 = no waiting (default 1)",
     )
+    p.add_argument(
+        "--api-base",
+        metavar="URL",
+        help="chat with a model on an OpenAI-compatible server instead of the embedded "
+        "llama.cpp: its API root, e.g. http://127.0.0.1:8080/v1 (llama.cpp's llama-server, "
+        "vLLM, Ollama, llama_cpp.server)",
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="API key for --api-base (better: TUI_CHAT_API_KEY or OPENAI_API_KEY in the "
+        "environment, which the process list does not show)",
+    )
+    p.add_argument(
+        "--api-model",
+        metavar="NAME",
+        help="model name on the server (default: the first one it lists)",
+    )
+    p.add_argument(
+        "--api-timeout",
+        type=_non_negative_float,
+        default=60.0,
+        metavar="S",
+        help="give a reply up when the server sends no text for S seconds (default 60; the "
+        "first token waits for the server's prefill)",
+    )
     return p
 
 
 def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
     """Flags -> (Config, headless prompt or None). Raises :class:`UsageError`."""
     args = build_parser().parse_args(list(argv))
+    if args.api_base is not None and args.model is not None:
+        raise UsageError(
+            "--model and --api-base exclude each other: the server loads the model "
+            "(choose among its models with --api-model)"
+        )
     sampling = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -198,17 +229,31 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
         trace=args.trace,
         history=not args.no_history,
         resume=args.resume,
+        api_base=args.api_base,
+        api_key=args.api_key or api_key_from_env(),
+        api_model=args.api_model,
+        api_timeout_s=args.api_timeout,
     )
     return config, args.prompt
 
 
 def make_engine(config: Config) -> Engine:
-    """The llama.cpp engine for ``config``; the model file is checked here, once.
+    """The engine for ``config``: a server's (``--api-base``), else the llama.cpp engine;
+    a model file is checked here, once.
 
     Raises:
-        EngineError: the model file is missing, not a usable GGUF, or its weights
-            are larger than this machine's memory (CPU inference).
+        EngineError: a bad --api-base; the model file is missing, not a usable GGUF, or
+            its weights are larger than this machine's memory (CPU inference).
     """
+    if config.api_base is not None:
+        from tui_chat.engine.remote import RemoteEngine
+
+        return RemoteEngine(
+            config.api_base,
+            api_key=config.api_key,
+            model=config.api_model,
+            read_timeout_s=config.api_timeout_s,
+        )
     from tui_chat.engine.llama import LlamaEngine
     from tui_chat.engine.modelfile import check_fits_in_memory, check_model_file
 

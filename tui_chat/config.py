@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,13 @@ class Config:
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
         resume: reopen the newest saved conversation (``--resume``).
+        api_base: an OpenAI-compatible server's API root (``--api-base``); set, it
+            replaces the embedded llama.cpp engine.
+        api_key: the server's API key (``--api-key`` or the environment, see
+            :func:`api_key_from_env`). Kept out of ``repr``; never stored or logged.
+        api_model: the server's model to use; None = the first it lists.
+        api_timeout_s: longest wait for the server's next token, in seconds (the wait
+            for the first includes the server's prefill).
     """
 
     model: Path | None = None
@@ -39,3 +48,21 @@ class Config:
     trace: Path | None = None
     history: bool = True
     resume: bool = False
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    api_model: str | None = None
+    api_timeout_s: float = 60.0
+
+
+API_KEY_VARIABLES = ("TUI_CHAT_API_KEY", "OPENAI_API_KEY")
+"""Environment variables that hold the server's API key, the first set one wins
+(``OPENAI_API_KEY`` is the name OpenAI's own clients read)."""
+
+
+def api_key_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key from the environment (:data:`API_KEY_VARIABLES`), or None.
+
+    The key goes to whatever server ``--api-base`` names.
+    """
+    env = os.environ if environ is None else environ
+    return next((env[name] for name in API_KEY_VARIABLES if env.get(name)), None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypedDict
 
@@ -72,8 +72,10 @@ class ModelInfo:
 
     Attributes:
         name: short display name (file name without ``.gguf``).
-        n_ctx: context window in tokens.
-        chat_format: name of the chat template in use.
+        n_ctx: context window in tokens; 0 when unknown (a remote server that does not
+            say).
+        chat_format: name of the chat template in use (``server`` for a remote
+            engine: the server applies its own).
         architecture: ``general.architecture`` from the GGUF header ("" if unknown).
         n_gpu_layers: layers offloaded to the GPU (0 on CPU builds, and when the
             build has no GPU offload).
@@ -179,17 +181,53 @@ class CancelToken:
     """A cancel flag shared by the UI and the engine thread.
 
     The engine checks :meth:`is_set` once per decode step and once per prompt batch, so
-    a cancel is honoured within one step.
+    a cancel is honoured within one step. An engine that can block for longer (the
+    remote engine waits on the network) registers a callback with :meth:`on_set` that
+    unblocks it.
     """
 
     _event: threading.Event = field(default_factory=threading.Event)
     requested_at: float | None = None
+    _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def set(self, now: float | None = None) -> None:
-        """Request cancellation; ``now`` is a ``time.perf_counter()`` stamp."""
-        if self.requested_at is None:
-            self.requested_at = time.perf_counter() if now is None else now
-        self._event.set()
+        """Request cancellation; ``now`` is a ``time.perf_counter()`` stamp.
+
+        Runs the callbacks registered with :meth:`on_set` on this thread (the UI's, for
+        Esc), once each.
+        """
+        with self._lock:
+            if self.requested_at is None:
+                self.requested_at = time.perf_counter() if now is None else now
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once when the token is set (at once if it already is).
+
+        The callback runs on the thread that calls :meth:`set`, usually the UI's event
+        loop, so it must be quick, must not block and must not raise (closing a socket
+        is the intended use).
+
+        Returns:
+            A function that unregisters the callback (a no-op once it has run).
+        """
+        with self._lock:
+            run_now = self._event.is_set()
+            if not run_now:
+                self._callbacks.append(callback)
+        if run_now:
+            callback()
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return remove
 
     def is_set(self) -> bool:
         """True once cancellation was requested."""

@@ -48,9 +48,9 @@ class StatusBar(Widget):
                 parts.append(f"{stats.decode_tokens_per_s:.1f} tok/s")
             if stats.prefill_tokens_per_s is not None:
                 parts.append(f"prefill {stats.prefill_tokens_per_s:.0f} tok/s")
-            if info is not None:
+            if info is not None and info.n_ctx:  # 0: a server that does not say
                 parts.append(f"ctx {stats.n_prompt_tokens + stats.n_tokens}/{info.n_ctx}")
-        elif info is not None:
+        elif info is not None and info.n_ctx:
             parts.append(f"ctx 0/{info.n_ctx}")
         stall = stats.last_stall if stats is not None else None
         if stall is not None:
