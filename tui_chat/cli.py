@@ -18,25 +18,17 @@ from typing import TYPE_CHECKING
 from tui_chat.config import Config, api_key_from_env
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
-from tui_chat.output import say, silence_output
+from tui_chat.output import ArgumentParser, UsageError, say, silence_output
 from tui_chat.paths import (
     DEFAULT_MODEL_SYSTEM_PROMPT,
     default_model_path,
     history_path,
     native_log_path,
 )
+from tui_chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from tui_chat.ui.app import ChatApp
-
-
-class UsageError(Exception):
-    """Bad start-up input; the message is one line, the exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
 
 
 # The type functions turn every bad value into ArgumentTypeError: for a ValueError,
@@ -76,12 +68,12 @@ def _unit_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``--help`` names the native log file."""
     defaults = SamplingParams()
-    p = _Parser(
+    p = ArgumentParser(
         prog="tui-chat",
         description="Chat with a local GGUF model in the terminal (llama.cpp inside).",
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
-            f"{native_log_path()}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
+            f"{sanitize(str(native_log_path()))}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
             "Ctrl+L new chat, Ctrl+Q quit."
         ),
     )
@@ -96,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt",
         help="headless: print the reply to PROMPT on stdout and "
         "exit (also when a prompt arrives on stdin that is not a terminal)",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="headless: write the model's text to stdout exactly as it came, escape "
+        "sequences included (default: control characters are made visible, as on screen)",
     )
     p.add_argument("--system", dest="system_prompt", help="system prompt")
     p.add_argument(
@@ -139,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-history",
         action="store_true",
-        help=f"do not save this chat (saved chats live in {history_path()})",
+        help=f"do not save this chat (saved chats live in {sanitize(str(history_path()))})",
     )
     p.add_argument(
         "--render-interval-ms",
@@ -229,6 +227,7 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
         trace=args.trace,
         history=not args.no_history,
         resume=args.resume,
+        raw=args.raw,
         api_base=args.api_base,
         api_key=args.api_key or api_key_from_env(),
         api_model=args.api_model,
@@ -403,5 +402,7 @@ def _replay_engine(path: Path, speed: float) -> Engine:
 
     try:
         return ReplayEngine.from_file(path, speed=speed)
-    except (OSError, TraceFormatError) as exc:
-        raise EngineError(f"cannot replay {path}: {exc}") from exc
+    except TraceFormatError as exc:  # it names the file and the line
+        raise EngineError(f"cannot replay: {exc}") from exc
+    except OSError as exc:
+        raise EngineError(f"cannot replay {path}: {exc.strerror or exc}") from exc

@@ -27,6 +27,7 @@ class Config:
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
         resume: reopen the newest saved conversation (``--resume``).
+        raw: headless output passes the model's text through unsanitized (``--raw``).
         api_base: an OpenAI-compatible server's API root (``--api-base``); set, it
             replaces the embedded llama.cpp engine.
         api_key: the server's API key (``--api-key`` or the environment, see
@@ -48,6 +49,7 @@ class Config:
     trace: Path | None = None
     history: bool = True
     resume: bool = False
+    raw: bool = False
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
     api_model: str | None = None

@@ -179,6 +179,9 @@ class Store:
             self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as exc:
             raise HistoryError(f"cannot open the history file {path}: {exc}") from exc
+        # A row written by another program may hold bytes that are not UTF-8; reading
+        # it must not raise (sqlite3's default would, for the whole conversation).
+        self._db.text_factory = lambda data: data.decode("utf-8", "replace")
         try:
             self._setup()
         except BaseException:

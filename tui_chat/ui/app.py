@@ -39,6 +39,7 @@ from tui_chat.session import (
     ReplyStarted,
     SessionEvent,
 )
+from tui_chat.session.events import Severity
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.status import StatusBar
@@ -166,7 +167,7 @@ class ChatApp(App[int]):
         elif isinstance(event, HistoryOpened):
             await self._show_history(event.messages)
         elif isinstance(event, Notice):
-            self.notify(sanitize(event.text), severity=event.severity, markup=False)
+            self.notice(event.text, event.severity)
 
     async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
         view = self.query_one("#conversation", VerticalScroll)
@@ -210,7 +211,7 @@ class ChatApp(App[int]):
         self._live = None
         await turn.finish(event.text, sanitize(note) if note else None)
         if event.reason == "error":
-            self.notify(sanitize(event.error or "error"), severity="error", markup=False)
+            self.notice(event.error or "error", "error")
         self.last_reply = event
         self.n_replies_shown += 1
         self._update_status()
@@ -266,6 +267,11 @@ class ChatApp(App[int]):
         name = info.name if info else Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
             self._status.show(session.state, session.live_stats(), info, name)
+
+    def notice(self, text: str, severity: Severity = "information") -> None:
+        """A toast for the user: the one way the app shows a line it did not write
+        (paths, GGUF fields, server and exception texts): sanitized, never markup."""
+        self.notify(sanitize(text), severity=severity, markup=False)
 
     # ---------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
