@@ -53,13 +53,25 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
     session.start()
     session.submit(prompt)
     reply_id: int | None = None
+    # Leading whitespace waits for the first visible character: a reply that turns out
+    # empty prints nothing at all (C29).
+    leading: str | None = ""
+
+    def emit(text: str) -> None:
+        nonlocal leading
+        if leading is not None and not (leading + text).strip():
+            leading += text
+            return
+        write_out((leading or "") + text, raw=config.raw)
+        leading = None
+
     try:
         while True:
             if reply_id is not None:
                 session.wait_for_text(0.02)
                 batch = session.drain(reply_id)
                 if batch is not None:
-                    write_out(batch.text, raw=config.raw)
+                    emit(batch.text)
             try:
                 event = events.get(timeout=0 if reply_id is not None else 0.02)
             except queue.Empty:
@@ -76,11 +88,11 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
             elif isinstance(event, ReplyFinished):
                 batch = session.drain(event.reply_id)
                 if batch is not None:
-                    write_out(batch.text, raw=config.raw)
-                if event.empty:
-                    say("the model gave an empty reply")
-                else:
+                    emit(batch.text)
+                if not event.empty:
                     write_out("\n")
+                elif event.reason in ("stop", "length"):
+                    say("the model gave an empty reply")
                 if event.reason == "error":
                     say(event.error or "generation failed")
                     return 1
