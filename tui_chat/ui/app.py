@@ -264,7 +264,12 @@ class ChatApp(App[int]):
     def _update_status(self) -> None:
         session = self.session
         info = session.model_info
-        name = info.name if info else Path(str(self.config.model or "default model")).name
+        if info is not None:
+            name = info.name
+        elif self.config.api_base:  # connecting: say to what, not "default model"
+            name = self.config.api_model or self.config.api_base
+        else:
+            name = Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
             self._status.show(session.state, session.live_stats(), info, name)
 
