@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
             f"{native_log_path()}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
-            "Ctrl+L new chat, Ctrl+Q quit."
+            "Ctrl+L new chat, F2 settings, F3 models, Ctrl+Q quit."
         ),
     )
     p.add_argument(

@@ -146,6 +146,8 @@ def _shown(value: object, limit: int = 60) -> str:
         text = "true" if value else "false"
     elif isinstance(value, float):
         text = f"{value:g}"
+    elif isinstance(value, Path):
+        text = json.dumps(str(value), ensure_ascii=True)
     elif isinstance(value, int | str | list | dict):
         try:
             text = json.dumps(value, ensure_ascii=True, default=str)
@@ -223,7 +225,8 @@ def _url(value: object) -> str:
 
 
 def _path(value: object) -> Path:
-    return Path(_text(MAX_PATH_CHARS)(value)).expanduser()
+    # Any character but NUL is legal in a POSIX file name; a path is shown sanitized.
+    return Path(_text(MAX_PATH_CHARS, one_line=False)(value)).expanduser()
 
 
 def _paths(value: object) -> tuple[Path, ...]:
