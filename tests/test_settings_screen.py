@@ -112,14 +112,16 @@ async def test_a_bad_value_is_named_and_nothing_is_applied() -> None:
         await ready(app)
         before = app.session.settings()
         screen = await open_settings(pilot, app)
-        await type_into_field(pilot, "hot")  # temperature
+        await type_into_field(pilot, "hot")  # temperature: letters cannot be typed
+        assert screen.field("temperature").value == "0.1"
+        await pilot.press("ctrl+u", *"99")
         await pilot.press("tab", "5")  # top p = 5
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert isinstance(app.screen, SettingsScreen)
-        assert "temperature: must be a number from 0 to 10" in screen_text(app)
+        assert "temperature: must be a number from 0 to 10 (got '99')" in screen_text(app)
         assert screen.field("temperature").has_focus
-        await pilot.press(*"0.5", "enter")  # Enter in a field saves too: top p is next
+        await pilot.press("ctrl+u", *"0.5", "enter")  # Enter saves too: top p is next
         await pilot.pause()
         assert "top p: must be a number from 0 to 1" in screen_text(app)
         await pilot.press("escape")
@@ -167,3 +169,8 @@ async def test_a_pasted_escape_sequence_is_inert_in_the_editor() -> None:
         app.post_message(events.Paste("be \x1b]52;c;aGk=\x07 nice"))
         await wait_for(lambda: "nice" in screen.prompt_area.text)
         assert screen.prompt_area.text == "be ␛]52;c;aGk=␇ nice"
+        screen.field("seed").focus()
+        app.post_message(events.Paste("1\x1b[2J"))  # not a number: refused whole
+        app.post_message(events.Paste("42"))
+        await wait_for(lambda: screen.field("seed").value != "-1")
+        assert screen.field("seed").value == "42"

@@ -171,7 +171,9 @@ class ChatApp(App[int]):
         elif isinstance(event, ModelSwitching):
             self._update_status()
         elif isinstance(event, ModelSwitchFailed):
-            self.notify(sanitize(event.error), severity="error", markup=False, timeout=8)
+            now = f"still using {event.restored.name}" if event.restored else "no model is loaded"
+            text = sanitize(f"{event.error} ({now})")
+            self.notify(text, severity="error", markup=False, timeout=8)
             self._update_status()
         elif isinstance(event, ModelLoadFailed):
             self.load_error = event.error

@@ -50,6 +50,10 @@ FIELDS = (
 )
 """The sampling fields, in screen order."""
 
+NUMBER_CHARS = r"[-+0-9.eE]*"
+"""What the number fields accept (Textual's ``Input(restrict=...)``): a paste with
+anything else, control characters included, is refused whole."""
+
 
 class PromptArea(TextArea):
     """The system prompt editor; a paste is made inert like any text we did not write
@@ -146,6 +150,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                         id=f"field-{f.key}",
                         compact=True,
                         select_on_focus=True,
+                        # Only what a number is written with can be typed or pasted.
+                        restrict=NUMBER_CHARS,
                     )
             yield Static("", id="error", markup=False)
             yield Static(
