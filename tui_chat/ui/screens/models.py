@@ -246,8 +246,9 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         self._config = config
         self._current = current
         self._rows: dict[str, ModelFileInfo | RemoteModel] = {}
-        self.scanning = False
-        """True while files (or the server's list) are being read."""
+        self.scanning = True
+        """True until the files (or the server's list) have been read (reading starts
+        when the screen is mounted)."""
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
