@@ -357,3 +357,20 @@ def test_chat_settings_round_trip_and_hostile_rows() -> None:
     assert settings.system_prompt is None and len(problems) == 3
     for text in ("not json", "[1, 2]", "x" * 10**7, None, "[" * 100_000):
         assert ChatSettings.from_json(text, fallback)[0] == fallback
+
+
+def test_print_config_into_a_closed_pipe_is_quiet() -> None:
+    # As `tui-chat --print-config | head -1` once the reader has gone (replay case C28).
+    code = (
+        "import sys\n"
+        "from tui_chat.cli import main\n"
+        "class Gone:\n"
+        "    def write(self, text): raise BrokenPipeError(32, 'Broken pipe')\n"
+        "    def flush(self): pass\n"
+        "sys.stdout = Gone()\n"
+        "sys.exit(main(['--print-config']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=app_env(), timeout=60
+    )
+    assert (out.returncode, out.stderr) == (141, "")
