@@ -593,7 +593,7 @@ def format_config(config: Config) -> str:
     path = origins.get("config_file", str(default_config_path()))
     lines = [
         "# tui-chat settings: defaults < config file < environment (TUI_CHAT_<KEY>) < flags",
-        f"# config file: {_toml_string(path)}",
+        f"# config file: {_toml_string(path)}" + ("" if Path(path).is_file() else " (not found)"),
     ]
     body: list[tuple[str, str]] = []
     for key in KEYS.values():

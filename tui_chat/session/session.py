@@ -9,7 +9,8 @@ non-blocking methods below and reacts to the events the session reports
 Threads:
 
 - The caller's thread (the UI event loop): :meth:`submit`, :meth:`cancel`,
-  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`. Each takes the session lock
+  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`, :meth:`apply_settings`,
+  :meth:`switch_engine`. Each takes the session lock
   for a few dictionary operations and returns; none does I/O.
 - The engine thread: a plain daemon thread, not a Textual worker: Textual runs
   thread workers in asyncio's default executor, which is joined at exit, so a quit
