@@ -33,6 +33,8 @@ from tui_chat.session import (
     HistoryOpened,
     ModelLoaded,
     ModelLoadFailed,
+    ModelSwitchFailed,
+    ModelSwitching,
     Notice,
     PrefillFinished,
     ReplyFinished,
@@ -41,6 +43,8 @@ from tui_chat.session import (
 )
 from tui_chat.session.events import Severity
 from tui_chat.ui.messages import SessionUpdate
+from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
+from tui_chat.ui.screens.settings import open_settings
 from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
@@ -80,6 +84,8 @@ class ChatApp(App[int]):
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+l", "clear", "New chat"),
+        Binding("f2", "settings", "Settings"),
+        Binding("f3", "models", "Models"),
         Binding("ctrl+z", "suspend_process", "Suspend", show=False),
     ]
 
@@ -112,6 +118,8 @@ class ChatApp(App[int]):
         self._unmounted = 0  # turns taken off the screen to bound the widget tree
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
+        self.engine_factory: EngineFactory = default_engine_factory
+        """Builds the engine of a model picked with F3 (tests put a fake here)."""
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -160,6 +168,13 @@ class ChatApp(App[int]):
             # as the app: move it out of the cyclic GC's reach, so a full collection
             # during a reply scans only what the reply made (they showed as 50 ms frames).
             gc.freeze()
+            self._update_status()
+        elif isinstance(event, ModelSwitching):
+            self._update_status()
+        elif isinstance(event, ModelSwitchFailed):
+            now = f"still using {event.restored.name}" if event.restored else "no model is loaded"
+            text = sanitize(f"{event.error} ({now})")
+            self.notify(text, severity="error", markup=False, timeout=8)
             self._update_status()
         elif isinstance(event, ModelLoadFailed):
             self.load_error = event.error
@@ -263,8 +278,11 @@ class ChatApp(App[int]):
 
     def _update_status(self) -> None:
         session = self.session
-        info = session.model_info
-        if info is not None:
+        loading = session.loading_model  # a model switch: show the model that loads
+        info = None if loading else session.model_info
+        if loading:
+            name = loading
+        elif info is not None:
             name = info.name
         elif self.config.api_base:  # connecting: say to what, not "default model"
             name = self.config.api_model or self.config.api_base
@@ -327,6 +345,14 @@ class ChatApp(App[int]):
 
     async def on_unmount(self) -> None:
         await self._close_session()
+
+    def action_settings(self) -> None:
+        """F2: this conversation's system prompt and sampling."""
+        open_settings(self)
+
+    def action_models(self) -> None:
+        """F3: pick another model (local GGUF files, or the server's models)."""
+        open_model_picker(self)
 
     async def action_clear(self) -> None:
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
