@@ -242,7 +242,17 @@ def test_a_bracketed_paste(pty_process: StartPty) -> None:
     assert_terminal_clean(out, HOSTILE)
 
 
-def test_command_line_arguments_and_environment_paths(tmp_path: Path) -> None:
+def hostile_config(path: Path, bad_value: bool = False) -> Path:
+    """A config file with hostile strings (TOML basic strings: JSON's escapes)."""
+    lines = [f"system_prompt = {json.dumps(HOSTILE[0].replace(chr(0), ''))}"]
+    lines.append(f"model = {json.dumps(in_argv(HOSTILE[1]) + '.gguf')}")
+    if bad_value:
+        lines.append(f"n_ctx = {json.dumps(HOSTILE[2].replace(chr(0), ''))}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_command_line_arguments_config_and_environment_paths(tmp_path: Path) -> None:
     """Arguments and paths are echoed in error lines and --help: inert there too."""
     hostile_dir = tmp_path / in_argv(HOSTILE[0])
     runs = [
@@ -251,6 +261,10 @@ def test_command_line_arguments_and_environment_paths(tmp_path: Path) -> None:
         ("--n-ctx", in_argv(HOSTILE[3], 40)),
         ("trace-report", str(tmp_path / in_argv(HOSTILE[0], 40))),
         ("--help",),
+        ("--print-config", "--system", in_argv(HOSTILE[1], 200)),
+        ("--config", str(tmp_path / in_argv(HOSTILE[2], 40))),
+        ("--config", str(hostile_config(tmp_path / "bad.toml", bad_value=True)), "-p", "hi"),
+        ("--config", str(hostile_config(tmp_path / "ok.toml")), "--print-config"),
     ]
     for args in runs:
         proc = subprocess.run(
