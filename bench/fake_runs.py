@@ -38,7 +38,7 @@ from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.session import ReplyFinished
 from tui_chat.tracing.recorder import Tracer
 from tui_chat.ui.app import ChatApp, make_app
-from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
@@ -83,7 +83,7 @@ async def send(app: ChatApp, pilot: Pilot[Any], text: str) -> int:
     """Type ``text`` into the prompt at once and press Enter; returns how many replies
     the app had shown before (pass it to :func:`finished`)."""
     before = app.n_replies_shown
-    app.query_one("#prompt", PromptInput).value = text
+    app.query_one("#composer", Composer).text = text
     await pilot.press("enter")
     return before
 
@@ -186,20 +186,20 @@ async def keystroke_run(
                 await wait_until(history.exists, 10, "the history file")
                 locker = await asyncio.to_thread(hold_lock, history, lock_s)
             previous = await send(app, pilot, "go")
-            prompt = app.query_one("#prompt", PromptInput)
+            composer = app.query_one("#composer", Composer)
             await wait_until(
                 lambda: any(t.source for t in app.query(AssistantTurn)), 10, "the first paint"
             )
-            rec.watch = lambda: len(prompt.value)
+            rec.watch = lambda: len(composer.text)
             typist = Typist(
                 app, text, 20.0, start_delay_s=0.3, pause_every=len(phrase) + 1, pause_s=1.5
             )
             typist.start()
             result = await finished(app, previous, 120)
             await asyncio.to_thread(typist.join, 60)
-            await wait_until(lambda: len(prompt.value) == len(text), 10, "the typed text")
+            await wait_until(lambda: len(composer.text) == len(text), 10, "the typed text")
             await pilot.pause()
-            exact = prompt.value == text and result.text == "".join(pieces)
+            exact = composer.text == text and result.text == "".join(pieces)
             watched = list(rec.watched)
         if locker is not None:
             await asyncio.to_thread(locker.wait, 30)

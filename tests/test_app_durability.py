@@ -17,7 +17,7 @@ from tui_chat.session import Notice, ReplyFinished, SessionEvent
 from tui_chat.store import Store
 from tui_chat.ui.app import make_app
 from tui_chat.ui.messages import SessionUpdate
-from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.composer import Composer
 
 
 def hook(into: list[SessionEvent]) -> Callable[[object], None]:
@@ -57,8 +57,8 @@ async def test_c30_keys_typed_right_after_enter_stay_in_the_input(attempt: int) 
         # One burst, as a fast typist's keys arrive: no pause between Enter and "next".
         await pilot.press(*"first", "enter", *f"next{attempt}")
         await finished(app, 1)
-        prompt = app.query_one("#prompt", PromptInput)
-        assert prompt.value == f"next{attempt}"
+        composer = app.query_one("#composer", Composer)
+        assert composer.text == f"next{attempt}"
         assert app.session.messages()[0] == {"role": "user", "content": "first"}
 
 
@@ -74,7 +74,7 @@ async def test_c26_keys_answer_while_another_process_locks_the_history(tmp_path:
             await send(pilot, "hello")
             await finished(app, 1)
             await pilot.press(*"typed while locked")
-            assert app.query_one("#prompt", PromptInput).value == "typed while locked"
+            assert app.query_one("#composer", Composer).text == "typed while locked"
             await wait_for(lambda: "locked by another process" in screen_text(app), 10)
             assert rows(history) == []
         finally:

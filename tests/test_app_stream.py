@@ -18,7 +18,7 @@ from tests.helpers import reply_turns, screen_segments, screen_text, shown_reply
 from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import ChatApp, make_app
-from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
@@ -294,7 +294,7 @@ async def test_c09_ctrl_c_stops_only_the_reply() -> None:
         await pilot.press("ctrl+c")
         await finished(app, 1)
         assert app.is_running
-        assert isinstance(app.focused, PromptInput)
+        assert isinstance(app.focused, Composer)
         partial = app.session.messages()[-1]["content"]
         assert partial.startswith("word") and app.session.messages()[-1]["interrupted"]
         await send(pilot, "and?")
@@ -344,7 +344,7 @@ async def test_c08_cancel_during_prefill_no_tokens_after_and_next_prompt_answers
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
-        app.query_one("#prompt", PromptInput).value = long_prompt
+        app.query_one("#composer", Composer).text = long_prompt
         await pilot.press("enter")
         await wait_for(lambda: len(engine.calls) == 1)
         await asyncio.sleep(0.5)  # the case: Esc 0.5 s into the prefill

@@ -31,7 +31,7 @@ from tui_chat.engine.modelfile import ModelFileInfo, describe_model_file
 from tui_chat.engine.remote import RemoteEngine
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.screens.models import ModelChoice, ModelPickerScreen, engine_factory_for
-from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import AssistantTurn
 
@@ -191,7 +191,7 @@ async def test_keys_answer_while_the_new_model_loads(gemma_path: Path) -> None:
             await pilot.press("enter")
             await wait_for(lambda: status_text(app) == f"loading │ {gemma_path.stem}")
             await pilot.press(*"typed")
-            assert app.query_one(PromptInput).value == "typed"
+            assert app.query_one(Composer).text == "typed"
             await pilot.press("enter")  # queued for the new model
             gate.set()
             await finished(app, 1)

@@ -25,6 +25,7 @@ from tui_chat.engine.prompt import glue as glue_part
 from tui_chat.engine.prompt import tokenize_parts
 from tui_chat.engine.stream import StreamStats, run_stream
 from tui_chat.ui.app import make_app
+from tui_chat.ui.widgets.composer import Composer
 
 pytestmark = pytest.mark.real
 
@@ -258,7 +259,7 @@ async def test_c18_prompt_larger_than_the_window_gets_a_clear_message(gemma_path
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(lambda: app.session.model_info is not None, 60)
         huge = "word " * 400
-        app.query_one("#prompt").value = huge  # type: ignore[attr-defined]
+        app.query_one("#composer", Composer).text = huge
         await pilot.press("enter")
         await wait_for(lambda: app.last_reply is not None, 60)
         await pilot.pause()

@@ -6,10 +6,12 @@ fast the machine is.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tests.conftest import fake_config, wait_for
+from tests.helpers import screen_text
 from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
@@ -32,8 +34,9 @@ from tui_chat.ui.app import make_app
 class StepEngine:
     """Yields one token per given step time, at once (the times are only reported)."""
 
-    def __init__(self, steps_ms: Sequence[float]) -> None:
+    def __init__(self, steps_ms: Sequence[float], until_cancelled: bool = False) -> None:
         self.steps_ms = list(steps_ms)
+        self.until_cancelled = until_cancelled  # then wait for Esc before the end
         self._info: ModelInfo | None = None
 
     @property
@@ -54,6 +57,11 @@ class StepEngine:
         yield PrefillDone(n_prompt_tokens=10, n_evaluated=10, prefill_ms=5.0)
         for step_ms in self.steps_ms:
             yield TokenPiece(b"x", step_ms=step_ms)
+        if self.until_cancelled:
+            cancelled = threading.Event()
+            cancel.on_set(cancelled.set)
+            cancelled.wait(60)
+            return
         yield TokenPiece(b"", eog=True)
 
     def close(self) -> None:
@@ -128,16 +136,35 @@ def test_replay_at_speed_zero_reproduces_a_recorded_stall() -> None:
     assert [s.step_ms for s in result.stats.stalls] == [800.0]
 
 
-async def test_status_bar_warns_with_the_step_time() -> None:
-    engine = StepEngine([20.0] * 30 + [750.0] + [20.0] * 3)
+async def test_status_bar_warns_with_the_step_time_until_the_reply_ends() -> None:
+    # The reply stalls, then streams on until Esc: the warning is there while it streams.
+    engine = StepEngine([20.0] * 30 + [750.0] + [20.0] * 3, until_cancelled=True)
     app = make_app(fake_config(), engine)
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(140, 30)) as pilot:
         await wait_for(lambda: app.session.model_info is not None)
         status = app.query_one("#status")
         assert not status.has_class("-stall")
         await pilot.press("h", "i", "enter")
+        await wait_for(lambda: "stall: step 750 ms, median 20 ms" in str(status.render()))
+        assert status.has_class("-stall")
+        await pilot.press("escape")
         await wait_for(lambda: app.last_reply is not None)
         await pilot.pause()
-        text = str(status.render())
-        assert "stall: step 750 ms, median 20 ms" in text
-        assert status.has_class("-stall")
+        assert "stall" not in str(status.render())  # the warning ends with the reply
+        assert not status.has_class("-stall")
+
+
+async def test_a_stall_never_pushes_the_numbers_off_a_narrow_status_bar() -> None:
+    engine = StepEngine([20.0] * 30 + [750.0] + [20.0] * 3, until_cancelled=True)
+    app = make_app(fake_config(), engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(lambda: app.session.model_info is not None)
+        status = app.query_one("#status")
+        await pilot.press("h", "i", "enter")
+        await wait_for(lambda: status.has_class("-stall"))
+        await pilot.pause()
+        row = screen_text(app).splitlines()[status.region.y]
+        for number in ("generating", "TTFT", "tok/s", "ctx "):
+            assert number in row, row
+        assert "⚠ stall" in row and "750 ms" in row, row
+        await pilot.press("escape")

@@ -15,12 +15,15 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.command import Provider
+from textual.driver import Driver
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from tui_chat.config import Config
@@ -42,10 +45,16 @@ from tui_chat.session import (
     SessionEvent,
 )
 from tui_chat.session.events import Severity
+from tui_chat.ui.clipboard import too_large
+from tui_chat.ui.commands import CHAT_COMMANDS, ChatCommands, PaletteCommand
+from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, too_large_notice
+from tui_chat.ui.markdown_view import code_blocks
 from tui_chat.ui.messages import SessionUpdate
+from tui_chat.ui.screens.help import HelpScreen
 from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
 from tui_chat.ui.screens.settings import open_settings
-from tui_chat.ui.widgets.prompt import PromptInput
+from tui_chat.ui.widgets.chat_view import ChatView
+from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
     EMPTY_NOTE,
@@ -78,6 +87,9 @@ class ChatApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "tui-chat"
+    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = App.COMMANDS | {
+        ChatCommands
+    }
     BINDINGS: ClassVar[list[BindingType]] = [
         # Not a priority binding: a screen above (the command palette) gets Esc first.
         Binding("escape", "stop_reply", "Stop reply"),
@@ -87,6 +99,13 @@ class ChatApp(App[int]):
         Binding("f2", "settings", "Settings"),
         Binding("f3", "models", "Models"),
         Binding("ctrl+z", "suspend_process", "Suspend", show=False),
+        Binding("f1", "show_help", "Keys"),
+        Binding("ctrl+o", "copy_reply", "Copy reply"),
+        Binding("ctrl+up", "select_turn", "Select a turn", show=False),
+        Binding("pageup", "scroll_chat('page_up')", "Scroll up", show=False),
+        Binding("pagedown", "scroll_chat('page_down')", "Scroll down", show=False),
+        Binding("ctrl+home", "scroll_chat('home')", "Top of the chat", show=False),
+        Binding("ctrl+end", "scroll_chat('end')", "End of the chat", show=False),
     ]
 
     def __init__(
@@ -123,10 +142,32 @@ class ChatApp(App[int]):
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="conversation")
+        with ChatView(id="conversation"):
+            yield Static(self._welcome_text(), markup=False, id="welcome")
         yield self._status
-        yield PromptInput(placeholder="Type a message, Enter to send", id="prompt")
+        yield Composer(id="composer")
         yield Footer()
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform; on Linux and macOS the same driver with
+        a paste-safe input parser and OSC 52 wrapped for tmux/screen
+        (:mod:`tui_chat.ui.driver`)."""
+        driver_class = super().get_driver_class()
+        if driver_class.__name__ == "LinuxDriver":
+            from tui_chat.ui.driver import ChatDriver
+
+            return ChatDriver
+        return driver_class
+
+    @property
+    def chat(self) -> ChatView:
+        """The conversation view."""
+        return self.query_one("#conversation", ChatView)
+
+    @property
+    def composer(self) -> Composer:
+        """The message box."""
+        return self.query_one("#composer", Composer)
 
     def on_mount(self) -> None:
         if self.console.color_system in ("standard", "windows") and not os.environ.get(
@@ -136,8 +177,8 @@ class ChatApp(App[int]):
             # footer's key labels bright red on bright black, equally light in xterm's
             # palette (contrast 1.0, unreadable). Textual's ANSI theme is made for this.
             self.theme = "ansi-dark"
-        self.query_one("#conversation", VerticalScroll).anchor()
-        self.query_one("#prompt", PromptInput).focus()
+        self.chat.anchor()
+        self.composer.focus()
         self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
         self._update_status()
         if self._handle_signals:
@@ -185,23 +226,33 @@ class ChatApp(App[int]):
             self.notice(event.text, event.severity)
 
     async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
-        view = self.query_one("#conversation", VerticalScroll)
+        view = self.chat
         shown = [m for m in messages if m["role"] != "system"]
+        self.composer.set_history([m["content"] for m in shown if m["role"] == "user"])
         self._unmounted = max(0, len(shown) - MAX_MOUNTED_TURNS)
+        if shown:
+            await view.query("#welcome").remove()
         if self._unmounted:
             self._show_unmounted(view)
+        numbers = []  # each message's reply number (counting the unmounted ones)
+        n_replies = 0
+        for m in shown:
+            n_replies += m["role"] == "assistant"
+            numbers.append(n_replies)
+        label = self._model_name()
         await view.mount_all(
             UserTurn(m["content"])
             if m["role"] == "user"
-            else AssistantTurn(m["content"], note_for(m))
-            for m in shown[-MAX_MOUNTED_TURNS:]
+            else AssistantTurn(m["content"], note_for(m), label=label, number=number)
+            for m, number in list(zip(shown, numbers, strict=True))[-MAX_MOUNTED_TURNS:]
         )
 
     async def _reply_started(self, event: ReplyStarted) -> None:
         user_turn = self._user_turns.pop(event.message_id, None)
         if user_turn is not None:
-            user_turn.remove_class("-queued")
-        turn = AssistantTurn()
+            user_turn.queued = False
+        number = 1 + sum(m["role"] == "assistant" for m in self.session.messages())
+        turn = AssistantTurn(label=self._model_name(), number=number)
         self._live = (event.reply_id, turn)
         await self._mount_turn(turn)
         self._update_status()
@@ -232,7 +283,7 @@ class ChatApp(App[int]):
         self._update_status()
 
     # ------------------------------------------------------------- user input
-    async def on_prompt_input_sent(self, event: PromptInput.Sent) -> None:
+    async def on_composer_sent(self, event: Composer.Sent) -> None:
         text = event.text.strip()
         if not text:
             return
@@ -241,10 +292,29 @@ class ChatApp(App[int]):
         message_id = self.session.submit(text)
         if queued:
             self._user_turns[message_id] = turn
+        self.chat.scroll_end(animate=False)  # back to the newest turns, following them
         await self._mount_turn(turn)
 
+    def on_composer_reached_top(self, event: Composer.ReachedTop) -> None:
+        """Up past the oldest recalled message: the cursor goes onto the turns."""
+        self.chat.select_turn()
+
+    def on_chat_view_typed_away(self, event: ChatView.TypedAway) -> None:
+        """A key typed while the chat had the focus: the composer takes it."""
+        self.chat.clear_cursor()
+        composer = self.composer
+        composer.focus()
+        composer.take_key(event.key, event.character)
+
+    def on_chat_view_left(self, event: ChatView.Left) -> None:
+        self.composer.focus()
+
+    def on_chat_view_copy_asked(self, event: ChatView.CopyAsked) -> None:
+        self._copy_turn(event.turn, event.code_block)
+
     async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
-        view = self.query_one("#conversation", VerticalScroll)
+        view = self.chat
+        await view.query("#welcome").remove()
         await view.mount(widget)
         turns = view.query(".turn")
         excess = list(turns)[: max(0, len(turns) - MAX_MOUNTED_TURNS)]
@@ -253,7 +323,7 @@ class ChatApp(App[int]):
             await view.remove_children(excess)
             self._show_unmounted(view)
 
-    def _show_unmounted(self, view: VerticalScroll) -> None:
+    def _show_unmounted(self, view: ChatView) -> None:
         """Say at the top how many earlier messages are not shown."""
         text = f"… {self._unmounted} earlier messages are not shown (they stay in the context"
         text += " and the saved history)" if self.session.storage is not None else ")"
@@ -276,20 +346,40 @@ class ChatApp(App[int]):
                     self._trace("painted", chars=len(batch.text), staleness_ms=staleness)
         self._update_status()
 
+    def _model_name(self) -> str:
+        """The model to name on screen (raw: sanitize to show it): the one loading in a
+        switch, else the loaded one, else the server or the file asked for."""
+        session = self.session
+        if session.loading_model:
+            return session.loading_model
+        if session.model_info is not None:
+            return session.model_info.name
+        if self.config.api_base:  # connecting: say to what, not "default model"
+            return self.config.api_model or self.config.api_base
+        return Path(str(self.config.model or "default model")).name
+
     def _update_status(self) -> None:
         session = self.session
         loading = session.loading_model  # a model switch: show the model that loads
         info = None if loading else session.model_info
-        if loading:
-            name = loading
-        elif info is not None:
-            name = info.name
-        elif self.config.api_base:  # connecting: say to what, not "default model"
-            name = self.config.api_model or self.config.api_base
-        else:
-            name = Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
-            self._status.show(session.state, session.live_stats(), info, name)
+            self._status.show(session.state, session.live_stats(), info, self._model_name())
+            for welcome in self.query("#welcome").results(Static):
+                welcome.update(self._welcome_text())
+
+    def _welcome_text(self) -> str:
+        """The empty chat: which model, and how to start (sanitized)."""
+        name = sanitize(self._model_name())
+        info = None if self.session.loading_model else self.session.model_info
+        if info is None:
+            model = f"Loading {name} …"
+        else:
+            window = f", a context window of {info.n_ctx:,} tokens" if info.n_ctx else ""
+            model = f"Model: {name}{window}."
+        return (
+            f"{model}\n\nType a message and press Enter to send it; Ctrl+J starts a new line.\n"
+            "F1 (or ? here) shows the keys, Ctrl+P the commands, Ctrl+Q quits."
+        )
 
     def notice(self, text: str, severity: Severity = "information") -> None:
         """A toast for the user: the one way the app shows a line it did not write
@@ -308,8 +398,12 @@ class ChatApp(App[int]):
         return True
 
     def action_stop_reply(self) -> None:
-        """Esc: stop the reply that is streaming (no-op when idle)."""
+        """Esc: stop the reply that is streaming (no-op when idle), and leave the turn
+        cursor for the composer."""
         self.session.cancel()
+        if self.chat.has_focus:
+            self.chat.clear_cursor()
+            self.composer.focus()
 
     def action_interrupt(self) -> None:
         """Ctrl+C while a reply streams: stop it (the app stays open, case C09)."""
@@ -358,10 +452,86 @@ class ChatApp(App[int]):
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
         if not self.session.new_chat():
             return
-        await self.query_one("#conversation", VerticalScroll).remove_children()
+        await self.chat.remove_children()
+        await self.chat.mount(Static(self._welcome_text(), markup=False, id="welcome"))
         self._unmounted = 0
         self._user_turns.clear()
+        self.composer.focus()
         self._update_status()
+
+    # ------------------------------------------------- reading, copy, help
+    def action_scroll_chat(self, where: str) -> None:
+        """PageUp/PageDown, Ctrl+Home/Ctrl+End: scroll the chat; the focus stays."""
+        chat = self.chat
+        if where == "page_up":
+            chat.scroll_page_up(animate=False)
+        elif where == "page_down":
+            chat.scroll_page_down(animate=False)
+        elif where == "home":
+            chat.scroll_home(animate=False)
+        else:
+            chat.scroll_end(animate=False)
+
+    def action_select_turn(self) -> None:
+        """Ctrl+Up: a cursor over the turns, from the newest."""
+        self.chat.select_turn()
+
+    def action_show_help(self) -> None:
+        """F1, or ``?`` in an empty composer: the keys."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def _copy_target(self) -> Widget | None:
+        """The selected turn, else the last reply on screen."""
+        selected = self.chat.selected
+        if selected is not None:
+            return selected
+        replies = self.chat.query_children(AssistantTurn)
+        return replies.last() if replies else None
+
+    def action_copy_reply(self) -> None:
+        """Ctrl+O: copy the selected turn (else the last reply) as Markdown source."""
+        self._copy_turn(self._copy_target(), 0)
+
+    def action_copy_code(self, n: int) -> None:
+        """Copy code block ``n`` (from 1) of the selected turn, else the last reply."""
+        self._copy_turn(self._copy_target(), n)
+
+    def _copy_turn(self, turn: Widget | None, code_block: int) -> None:
+        try:
+            if turn is None:
+                raise NothingToCopy("there is no reply to copy yet")
+            clip = clip_of(turn, code_block)
+        except NothingToCopy as why:
+            self.notice(str(why), "warning")
+            return
+        self._send_to_clipboard(clip)
+
+    def _send_to_clipboard(self, clip: Clip) -> None:
+        if too_large(clip.text):
+            self.notice(too_large_notice(clip.what, clip.text), "warning")
+            return
+        super().copy_to_clipboard(clip.text)
+        self.notice(clip.notice)
+
+    def copy_to_clipboard(self, text: str) -> None:
+        """Copy ``text`` through the terminal (OSC 52, wrapped for tmux/screen by the
+        driver), unless it is over the size guard (:func:`tui_chat.ui.clipboard.too_large`);
+        a notice says which. Used by Ctrl+C on a mouse selection and in the composer."""
+        self._send_to_clipboard(Clip(text, "selection"))
+
+    def palette_commands(self) -> list[PaletteCommand]:
+        """The app's commands for the palette (:mod:`tui_chat.ui.commands`): the fixed
+        ones, and one per code block of the selected turn or the last reply."""
+        commands = list(CHAT_COMMANDS)
+        target = self._copy_target()
+        source = getattr(target, "source", "") if target is not None else ""
+        for n, block in enumerate(code_blocks(source)[:20], 1):
+            first = sanitize(block.strip().splitlines()[0] if block.strip() else "")[:40]
+            commands.append(
+                PaletteCommand(f"Copy code block {n}", first or "(empty)", f"copy_code({n})")
+            )
+        return commands
 
 
 def make_app(

@@ -15,10 +15,12 @@ made each layout slower as the reply grew: issue 3's long-reply paint ratio).
 
 from __future__ import annotations
 
+from markdown_it import MarkdownIt
 from rich.markdown import Markdown as RichMarkdown
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
+from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -120,4 +122,57 @@ class MarkdownView(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
         lines = self._render_lines(width)
-        return lines[y] if y < len(lines) else Strip.blank(width, self.rich_style)
+        if y >= len(lines):
+            return Strip.blank(width, self.rich_style)
+        line = lines[y]
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(y)) is not None:
+            style = self.screen.get_component_rich_style("screen--selection")
+            line = highlight_span(line, span[0], span[1], style)
+        return line.apply_offsets(0, y)
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The selected text as shown, one line per row (trailing padding dropped)."""
+        width = self._lines_width if self._lines_width > 0 else self.content_size.width
+        picked = []
+        for y, line in enumerate(self._render_lines(width)):
+            span = selection.get_span(y)
+            if span is None:
+                continue
+            text = line.text.rstrip()
+            start, end = span
+            picked.append(text[start:] if end == -1 else text[start:end])
+        return "\n".join(picked), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
+
+
+def highlight_span(line: Strip, start: int, end: int, style: Style) -> Strip:
+    """``line`` with characters ``start`` to ``end`` (-1: the end) drawn in ``style``
+    on top of their own style. Offsets count characters, as Textual's selection does."""
+    if end == -1:
+        end = sum(len(segment.text) for segment in line)
+    out: list[Segment] = []
+    pos = 0
+    for segment in line:
+        text, own, control = segment
+        seg_end = pos + len(text)
+        if control or seg_end <= start or pos >= end:
+            out.append(segment)
+        else:
+            a, b = max(start, pos) - pos, min(end, seg_end) - pos
+            if a:
+                out.append(Segment(text[:a], own))
+            out.append(Segment(text[a:b], own + style if own else style))
+            if b < len(text):
+                out.append(Segment(text[b:], own))
+        pos = seg_end
+    return Strip(out, line.cell_length)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The code blocks of Markdown ``text`` (fenced or indented), in order, each as
+    its source lines (tabs kept), parsed as Rich parses them (markdown-it)."""
+    tokens = MarkdownIt().enable("strikethrough").enable("table").parse(text)
+    return [t.content for t in tokens if t.type in ("fence", "code_block")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.widgets import Static
 
 from tui_chat.engine.base import ChatMessage
@@ -17,17 +18,42 @@ INTERRUPTED_NOTE = "⏹ interrupted"
 EMPTY_NOTE = "∅ empty reply"
 
 
+USER_LABEL = "you"
+QUEUED_LABEL = "you · queued"
+
+
+def role_label(text: str) -> Content:
+    """A turn's label (its border title): sanitized, never markup (a model's name comes
+    from a GGUF file or a server)."""
+    return Content(sanitize(text))
+
+
 class UserTurn(Static):
-    """The user's message, shown verbatim (``markup=False``, sanitized).
+    """The user's message, shown verbatim (``markup=False``, sanitized), labelled
+    "you" ("you · queued" while it waits behind a reply).
 
     Args:
         text: the message.
         queued: the message waits behind a reply (class ``-queued``).
+
+    Attributes:
+        source: the message as the user wrote it.
     """
 
     def __init__(self, text: str, queued: bool = False) -> None:
         super().__init__(sanitize(text), markup=False, classes="turn user")
-        self.set_class(queued, "-queued")
+        self.source = text
+        self.queued = queued
+
+    @property
+    def queued(self) -> bool:
+        """The message waits behind a streaming reply (shown in its label)."""
+        return self.has_class("-queued")
+
+    @queued.setter
+    def queued(self, value: bool) -> None:
+        self.set_class(value, "-queued")
+        self.border_title = role_label(QUEUED_LABEL if value else USER_LABEL)
 
 
 # A live reply re-renders only its tail: once the tail passes this many characters, the
@@ -88,10 +114,22 @@ class AssistantTurn(Vertical):
     Args:
         final_text: build an already finished turn (a reloaded conversation).
         note: a line under a finished turn ("interrupted").
+        label: its label, the model's name (sanitized here).
+        number: which reply of the conversation it is (1 for the first; 0: unknown).
     """
 
-    def __init__(self, final_text: str | None = None, note: str | None = None) -> None:
+    def __init__(
+        self,
+        final_text: str | None = None,
+        note: str | None = None,
+        *,
+        label: str = "",
+        number: int = 0,
+    ) -> None:
         super().__init__(classes="turn assistant")
+        self.number = number
+        if label:
+            self.border_title = role_label(label)
         self.final_text = final_text
         self._note = note
         self._raw: list[str] = []  # every painted piece, as the model wrote it

@@ -1,0 +1,94 @@
+"""The terminal clipboard over ssh: OSC 52, wrapped for tmux and GNU screen.
+
+The app copies with Textual's :meth:`App.copy_to_clipboard`, which writes one OSC 52
+sequence (``ESC ] 52 ; c ; BASE64 BEL``); the terminal emulator puts the text on the
+system clipboard, on the user's own machine even over ssh. A terminal multiplexer in
+between keeps it to itself unless told otherwise. Measured with tmux 3.3a (a pty
+running tmux running a program that writes the sequence):
+
+- ``set -g set-clipboard on``: tmux takes a plain OSC 52 (into a paste buffer) and
+  sends it on to the outer terminal; a DCS passthrough is dropped.
+- ``set -g allow-passthrough on``: a DCS passthrough (``ESC P tmux; ... ESC \\``, the
+  ESCs inside doubled) reaches the outer terminal; a plain OSC 52 is dropped unless
+  set-clipboard is on.
+- tmux's defaults (``set-clipboard external``, passthrough off): neither arrives.
+
+So inside tmux both forms are written: whichever the user's tmux allows gets through,
+and when both do the outer terminal sets the same text twice. GNU screen passes a DCS
+string through to the outer terminal but keeps only a few hundred bytes of one, so
+the sequence goes in pieces of :data:`SCREEN_CHUNK` characters, each its own DCS.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Literal
+
+Multiplexer = Literal["", "tmux", "screen", "tmux-or-screen"]
+"""What sits between the app and the terminal emulator: nothing (""), tmux, GNU screen,
+or a ``screen*`` terminal with neither's variable (tmux with an old
+``default-terminal``, or either one reached over ssh, which does not pass on
+``$TMUX``/``$STY``)."""
+
+MAX_BASE64_CHARS = 100_000
+"""The largest OSC 52 payload the app sends, in base64 characters (about 73 kB of
+UTF-8 text). Terminals cap it differently (xterm's default is far below, others drop
+the sequence silently), and a larger write blocks the terminal while it decodes."""
+
+SCREEN_CHUNK = 76
+"""Characters of the OSC 52 sequence per GNU screen DCS string."""
+
+
+def detect_multiplexer(env: Mapping[str, str]) -> Multiplexer:
+    """Which multiplexer the environment names: ``$TMUX`` (tmux sets it in its panes),
+    ``$STY`` (screen's session name), else ``$TERM`` (``tmux*``, ``screen*``)."""
+    term = env.get("TERM", "")
+    if env.get("TMUX") or term.startswith("tmux"):
+        return "tmux"
+    if env.get("STY"):
+        return "screen"
+    if term.startswith("screen"):
+        return "tmux-or-screen"
+    return ""
+
+
+def osc52(text: str) -> str:
+    """The plain OSC 52 sequence that puts ``text`` on the clipboard (what Textual's
+    ``copy_to_clipboard`` writes)."""
+    return f"\x1b]52;c;{base64_chars(text)}\a"
+
+
+def base64_chars(text: str) -> str:
+    """``text`` as UTF-8 in base64: the OSC 52 payload."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def tmux_passthrough(sequence: str) -> str:
+    """``sequence`` in a tmux DCS passthrough (its ESC characters doubled)."""
+    return "\x1bPtmux;" + sequence.replace("\x1b", "\x1b\x1b") + "\x1b\\"
+
+
+def screen_passthrough(sequence: str) -> str:
+    """``sequence`` in GNU screen DCS strings of :data:`SCREEN_CHUNK` characters."""
+    return "".join(
+        f"\x1bP{sequence[i : i + SCREEN_CHUNK]}\x1b\\"
+        for i in range(0, len(sequence), SCREEN_CHUNK)
+    )
+
+
+def wrap_osc52(sequence: str, multiplexer: Multiplexer) -> str:
+    """What to write for an OSC 52 ``sequence`` under ``multiplexer``: the plain
+    sequence, then the passthrough form(s) (see the module docstring)."""
+    if multiplexer == "tmux":
+        return sequence + tmux_passthrough(sequence)
+    if multiplexer == "screen":
+        return sequence + screen_passthrough(sequence)
+    if multiplexer == "tmux-or-screen":
+        return sequence + tmux_passthrough(sequence) + screen_passthrough(sequence)
+    return sequence
+
+
+def too_large(text: str) -> bool:
+    """True when ``text`` is over the :data:`MAX_BASE64_CHARS` guard."""
+    return (len(text.encode("utf-8")) + 2) // 3 * 4 > MAX_BASE64_CHARS

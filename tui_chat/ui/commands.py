@@ -1,0 +1,71 @@
+"""The app's own commands in Textual's command palette (Ctrl+P).
+
+Each command is an app action, as a key binding names one, so a command and a key do
+exactly the same thing. The app lists them (:meth:`ChatApp.palette_commands`): the
+fixed ones of :data:`CHAT_COMMANDS` and the ones that depend on the chat, such as one
+"Copy code block N" per code block of the selected (or last) reply. Later features add
+rows to :data:`CHAT_COMMANDS` or to that method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+
+@dataclass(frozen=True)
+class PaletteCommand:
+    """One command of the palette.
+
+    Attributes:
+        title: what the palette lists (matched against what the user types).
+        help: one line under the title.
+        action: the app action it runs, as in a binding (``clear``, ``copy_code(2)``).
+    """
+
+    title: str
+    help: str
+    action: str
+
+
+CHAT_COMMANDS: tuple[PaletteCommand, ...] = (
+    PaletteCommand("New chat", "Start a new conversation (Ctrl+L)", "clear"),
+    PaletteCommand("Copy reply", "The selected turn, or the last reply (Ctrl+O)", "copy_reply"),
+    PaletteCommand("Stop reply", "Stop the reply that is streaming (Esc)", "stop_reply"),
+    PaletteCommand("Select a turn", "Move a cursor over the turns (Ctrl+Up)", "select_turn"),
+    PaletteCommand("Help: keys", "Every key of the app (F1)", "show_help"),
+)
+"""Commands that are always listed."""
+
+
+class ChatCommands(Provider):
+    """Lists the app's :class:`PaletteCommand` s and runs the one picked."""
+
+    def _commands(self) -> list[PaletteCommand]:
+        app = self.app
+        if hasattr(app, "palette_commands"):
+            commands: list[PaletteCommand] = app.palette_commands()
+            return commands
+        return list(CHAT_COMMANDS)
+
+    async def discover(self) -> Hits:
+        """Every command, before anything is typed."""
+        for command in self._commands():
+            yield DiscoveryHit(
+                command.title, partial(self.app.run_action, command.action), help=command.help
+            )
+
+    async def search(self, query: str) -> Hits:
+        """The commands whose title matches ``query`` (fuzzy), best first."""
+        matcher = self.matcher(query)
+        for command in self._commands():
+            score = matcher.match(command.title)
+            if score > 0:
+                yield Hit(
+                    score,
+                    matcher.highlight(command.title),
+                    partial(self.app.run_action, command.action),
+                    help=command.help,
+                )

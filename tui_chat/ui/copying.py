@@ -1,0 +1,76 @@
+"""What a copy takes from a turn: a reply's Markdown source or one of its code blocks.
+
+The text goes to the clipboard as the user sees it on screen: control characters (an
+ESC the model wrote) become their visible stand-ins (:func:`tui_chat.sanitize.sanitize`),
+tabs and newlines stay. Raw control characters on a clipboard would reach whatever the
+user pastes into next (an ``ESC [201~`` ends a terminal's bracketed paste early and
+turns the rest into typed keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.widget import Widget
+
+from tui_chat.sanitize import sanitize
+from tui_chat.ui.clipboard import MAX_BASE64_CHARS
+from tui_chat.ui.markdown_view import code_blocks
+from tui_chat.ui.widgets.turns import AssistantTurn, UserTurn
+
+
+@dataclass(frozen=True)
+class Clip:
+    """Text to copy and what it is, for the notice.
+
+    Attributes:
+        text: the text (sanitized: stand-ins for control characters).
+        what: ``reply 3``, ``code block 2 of reply 3``, ``your message``.
+    """
+
+    text: str
+    what: str
+
+    @property
+    def notice(self) -> str:
+        """The line shown once it is copied: ``copied reply 3 (1,234 chars)``."""
+        return f"copied {self.what} ({len(self.text):,} chars)"
+
+
+class NothingToCopy(Exception):
+    """The turn has no such text (an empty reply, no code block N); the message says
+    what there is."""
+
+
+def clip_of(turn: Widget, code_block: int = 0) -> Clip:
+    """The text to copy from ``turn``: its whole source, or code block ``code_block``
+    (from 1) of a reply.
+
+    Raises:
+        NothingToCopy: not a turn, an empty turn, or fewer code blocks than asked.
+    """
+    if isinstance(turn, AssistantTurn):
+        name = f"reply {turn.number}" if turn.number else "the reply"
+    elif isinstance(turn, UserTurn):
+        name = "your message"
+    else:
+        raise NothingToCopy("nothing to copy")
+    source = turn.source
+    if not source.strip():
+        raise NothingToCopy(f"{name} is empty")
+    if not code_block:
+        return Clip(sanitize(source), name)
+    blocks = code_blocks(source)
+    if code_block > len(blocks):
+        count = {0: "no code blocks", 1: "one code block"}.get(len(blocks))
+        raise NothingToCopy(f"{name} has {count or f'{len(blocks)} code blocks'}")
+    text = blocks[code_block - 1].removesuffix("\n")
+    return Clip(sanitize(text), f"code block {code_block} of {name}")
+
+
+def too_large_notice(what: str, text: str) -> str:
+    """The line shown when ``text`` is over the clipboard guard and was not sent."""
+    return (
+        f"{what} was not copied: {len(text):,} chars is more than a terminal clipboard"
+        f" takes (the limit is {MAX_BASE64_CHARS // 1000} kB of base64)"
+    )

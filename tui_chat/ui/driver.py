@@ -1,0 +1,190 @@
+"""The terminal driver: a paste is text, never keys; OSC 52 reaches the outer terminal.
+
+Textual 8.2.8's input parser (``textual/_xterm_parser.py``, ``XTermParser.parse``)
+collects a bracketed paste (``ESC [200~ ... ESC [201~``) character by character, but
+an ESC inside the paste starts its escape-sequence reader, which does not add what it
+reads to the paste: the characters after the ESC are reported as *keys* (the ESC
+itself as ``^``) and the paste is cut at the ESC. A pasted ``ESC ^Q`` quit the app and
+``ESC CR`` sent the message (replay case C33, issue 8 part 3); the same holds upstream
+(Textual's main branch at 8.2.8). :class:`PasteSafeParser` takes the paste out of the
+stream itself: the whole text between the markers becomes one ``Paste`` event, and
+no character of it is ever a key.
+
+The same parser reports ESC CR as ``alt+enter``: Textual drops the Alt of Alt+Enter
+(ESC CR became a plain ``enter``, which sent the message instead of starting a line).
+
+:class:`ChatDriver` is Textual's Linux driver with this parser, and it wraps the OSC
+52 clipboard sequence of :meth:`App.copy_to_clipboard` for tmux and GNU screen
+(:mod:`tui_chat.ui.clipboard`).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+from codecs import getincrementaldecoder
+from collections.abc import Generator
+from typing import Any
+
+from textual import constants, events
+from textual._parser import ParseEOF, ParseTimeout, Peek1, Read1, TokenCallback
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+from textual.message import Message
+
+from tui_chat.ui.clipboard import Multiplexer, detect_multiplexer, wrap_osc52
+
+PASTE_START = "\x1b[200~"
+PASTE_END = "\x1b[201~"
+ESC = "\x1b"
+_READ_BYTES = 4096
+
+
+class PasteSafeParser(XTermParser):
+    """Textual's xterm input parser, with bracketed pastes taken out whole.
+
+    Every character goes to Textual's parser as it arrives (keys keep their timing),
+    except inside a bracketed paste: once the parser has read ``ESC [200~``, the
+    characters up to ``ESC [201~`` are collected here and reported as one
+    :class:`textual.events.Paste` whatever they hold (ESC, Ctrl+Q, CR, NUL...). The
+    end marker is then fed to Textual's parser so that it leaves its own paste state;
+    the empty paste it reports for it is dropped.
+
+    An ESC followed at once by CR (Alt+Enter in most terminals) is reported as
+    ``alt+enter``; an ESC alone is still the Escape key after Textual's
+    ``ESCAPE_DELAY`` (100 ms by default, ``ESCDELAY`` in ms).
+
+    Args:
+        debug: write every character and token to ``keys.log`` (Textual's own debug
+            log).
+    """
+
+    def __init__(self, debug: bool = False) -> None:
+        super().__init__(debug)
+
+    def parse(self, token_callback: TokenCallback[Message]) -> Generator[Read1 | Peek1, str, None]:
+        def textual_token(token: Message) -> None:
+            if not isinstance(token, events.Paste):  # every paste is reported below
+                token_callback(token)
+
+        textual = super().parse(textual_token)
+        awaiting: Read1 | Peek1 = next(textual)
+        recent = ""  # the last characters given to Textual's parser
+        held_escape = False  # an ESC read at the top level, not yet given to Textual
+
+        def give(characters: str) -> bool:
+            """Feed Textual's parser; False once it has ended."""
+            nonlocal awaiting, recent
+            for character in characters:
+                try:
+                    awaiting = textual.send(character)
+                except StopIteration:
+                    return False
+                recent = (recent + character)[-len(PASTE_START) :]
+            return True
+
+        while True:
+            request = self.read1(constants.ESCAPE_DELAY) if held_escape else awaiting
+            try:
+                character = yield request
+            except ParseTimeout:
+                if held_escape:
+                    held_escape = False
+                    if not give(ESC):
+                        return
+                try:
+                    awaiting = textual.throw(ParseTimeout())
+                except StopIteration:
+                    return
+                continue
+            except ParseEOF:
+                if held_escape:
+                    give(ESC)
+                try:
+                    textual.throw(ParseEOF())
+                except StopIteration:
+                    pass
+                return
+
+            if held_escape:
+                held_escape = False
+                if character == "\r":
+                    token_callback(events.Key("alt+enter", None))
+                    continue
+                if not give(ESC):
+                    return
+            if character == ESC and awaiting.timeout is None:
+                # Textual's parser is between sequences: wait for the next character
+                # (as it would) to tell Alt+Enter from the Escape key.
+                held_escape = True
+                continue
+            if not give(character):
+                return
+            if recent != PASTE_START:
+                continue
+
+            pasted: list[str] = []
+            while not (pasted and pasted[-1] == "~" and "".join(pasted[-6:]) == PASTE_END):
+                try:
+                    pasted.append((yield self.read1()))
+                except ParseEOF:
+                    token_callback(events.Paste("".join(pasted)))
+                    return
+            if not give(PASTE_END):
+                return
+            token_callback(events.Paste("".join(pasted[: -len(PASTE_END)])))
+
+
+class ChatDriver(LinuxDriver):
+    """Textual's Linux/macOS driver with :class:`PasteSafeParser` and OSC 52 wrapped
+    for a terminal multiplexer.
+
+    The multiplexer is read from the environment once (``$TMUX``, ``$STY``, ``$TERM``:
+    :func:`tui_chat.ui.clipboard.detect_multiplexer`).
+    """
+
+    def __init__(self, app: Any, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.multiplexer: Multiplexer = detect_multiplexer(os.environ)
+
+    def write(self, data: str) -> None:
+        """Write ``data`` to the terminal; an OSC 52 clipboard write (Textual's
+        ``copy_to_clipboard`` writes it on its own) is wrapped for the multiplexer."""
+        if data.startswith("\x1b]52;"):
+            data = wrap_osc52(data, self.multiplexer)
+        super().write(data)
+
+    def run_input_thread(self) -> None:
+        """Read the terminal until the app stops; parse with :class:`PasteSafeParser`.
+
+        The loop is Textual's (``LinuxDriver.run_input_thread``) in shape: wait up to
+        100 ms for input, decode UTF-8 incrementally, feed the parser, and let it time
+        out a lone ESC between reads.
+        """
+        parser = PasteSafeParser(self._debug)
+        decode = getincrementaldecoder("utf-8")(errors="replace").decode
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+
+        def pump(ready: list[tuple[selectors.SelectorKey, int]]) -> None:
+            for _key, mask in ready:
+                if not mask & selectors.EVENT_READ:
+                    continue
+                # A character cut between two reads decodes to "" until its end comes.
+                text = decode(os.read(self.fileno, _READ_BYTES))
+                if text:
+                    for message in parser.feed(text):
+                        self.process_message(message)
+            for message in parser.tick():
+                self.process_message(message)
+
+        try:
+            while not self.exit_event.is_set():
+                pump(selector.select(0.1))
+        finally:
+            selector.close()
+            try:
+                for _message in parser.feed(""):
+                    pass
+            except Exception:  # the parser is done; nothing more to report
+                pass

@@ -1,0 +1,204 @@
+"""The composer: a multi-line message box. Enter sends; keys typed after Enter stay."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
+
+from tui_chat.sanitize import sanitize
+
+NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter", "ctrl+enter", "shift+\r"})
+"""Keys that start a new line instead of sending. Ctrl+J is a line feed in every
+terminal; Shift+Enter and Ctrl+Enter reach the app only from terminals that speak the
+kitty keyboard protocol (``shift+\\r`` is xterm's modifyOtherKeys form); Alt+Enter is
+ESC CR, which :class:`tui_chat.ui.driver.PasteSafeParser` reports as ``alt+enter``."""
+
+PLACEHOLDER = "Message · Enter: send · Ctrl+J: new line · F1: keys"
+
+
+def pasted_text(text: str) -> str:
+    """What a paste inserts: line ends made ``\\n`` (CRLF and lone CR, as Windows and
+    old Mac clipboards hold them), every other control character replaced by its
+    visible, inert stand-in (:func:`tui_chat.sanitize.sanitize`: ESC becomes ␛,
+    Ctrl+Q ␑). A paste is text, never keys (replay cases C33, C38)."""
+    return sanitize(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+class Composer(TextArea):
+    """The message box: grows to a few lines, then scrolls.
+
+    Enter sends (:class:`Composer.Sent`); Ctrl+J, Shift+Enter and Alt+Enter start a new
+    line (:data:`NEWLINE_KEYS`); a bracketed paste goes in whole (:func:`pasted_text`).
+    In an empty composer Up and Down walk through earlier messages (:meth:`remember`,
+    :meth:`set_history`); Up past the oldest posts :class:`Composer.ReachedTop` (the
+    app moves the cursor onto the turns). ``?`` in an empty composer shows the keys.
+    PageUp and PageDown are not the composer's: they go on to the app, which scrolls
+    the chat.
+
+    Enter is handled by the composer's own key handler, not by a binding: Textual looks
+    a binding up when the key has bubbled back to the app, along the focus chain of that
+    moment. A mouse click that arrived with the Enter (one read from the terminal) moved
+    the focus first, and the Enter found no binding: lost in 6 of 6 tries (case C30).
+    The text is taken and the composer emptied in that same handler, so keys typed right
+    after Enter stay.
+
+    Args:
+        id: the widget id.
+    """
+
+    DEFAULT_CSS = """
+    Composer {
+        height: auto;
+        max-height: 7;
+    }
+    """
+
+    MAX_HISTORY: ClassVar[int] = 1000
+    """Earlier messages kept for recall."""
+
+    class Sent(Message):
+        """The user pressed Enter.
+
+        Attributes:
+            text: what the composer held (untrusted: the user may have pasted anything,
+                though a paste's control characters are already stand-ins).
+        """
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class ReachedTop(Message):
+        """Up in an empty composer with no earlier message left to recall."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(
+            "",
+            id=id,
+            soft_wrap=True,
+            tab_behavior="focus",
+            show_line_numbers=False,
+            highlight_cursor_line=False,
+            placeholder=PLACEHOLDER,
+        )
+        self._older: list[str] = []  # a loaded conversation's user messages
+        self._sent: list[str] = []  # sent in this session
+        self._recall: int | None = None  # index into history while walking it
+
+    # ---------------------------------------------------------------- history
+    @property
+    def past_messages(self) -> list[str]:
+        """Messages Up recalls, oldest first: a loaded conversation's user messages,
+        then those sent since."""
+        return (self._older + self._sent)[-self.MAX_HISTORY :]
+
+    def set_history(self, messages: Sequence[str]) -> None:
+        """Recall ``messages`` (oldest first) before those sent in this session: the
+        user messages of a conversation that was loaded."""
+        self._older = list(messages)
+        self._recall = None
+
+    def remember(self, text: str) -> None:
+        """Add a sent message to the history (not twice in a row)."""
+        if text and (not self._sent or self._sent[-1] != text):
+            self._sent.append(text)
+        self._recall = None
+
+    def _recalled(self) -> int | None:
+        """Index of the history entry shown, while it is shown unedited."""
+        index = self._recall
+        entries = self.past_messages
+        if index is not None and index < len(entries) and self.text == entries[index]:
+            return index
+        return None
+
+    def _show_entry(self, index: int | None) -> None:
+        self._recall = index
+        self.load_text("" if index is None else self.past_messages[index])
+        self.move_cursor(self.document.end)
+
+    def action_cursor_up(self, select: bool = False) -> None:
+        """Up: recall the previous message when the composer is empty or shows a
+        recalled one; past the oldest, post :class:`ReachedTop`."""
+        index = self._recalled()
+        if select or (index is None and self.text):
+            super().action_cursor_up(select)
+            return
+        target = (len(self.past_messages) if index is None else index) - 1
+        if target >= 0:
+            self._show_entry(target)
+            return
+        if index is not None:
+            self._show_entry(None)
+        self.post_message(self.ReachedTop())
+
+    def action_cursor_down(self, select: bool = False) -> None:
+        """Down: the next recalled message, then the empty composer again."""
+        index = self._recalled()
+        if select or index is None:
+            super().action_cursor_down(select)
+            return
+        self._show_entry(index + 1 if index + 1 < len(self.past_messages) else None)
+
+    # ------------------------------------------------------------------ keys
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # PageUp/PageDown scroll the chat and Ctrl+Z suspends the app (the app's
+        # bindings), not this box's paging and undo.
+        if action in ("cursor_page_up", "cursor_page_down", "undo"):
+            return False
+        return super().check_action(action, parameters)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()  # TextArea's own handler: no newline
+            self.action_submit()
+        elif event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.action_newline()
+        elif event.key == "question_mark" and not self.text:
+            event.stop()
+            event.prevent_default()
+            await self.run_action("app.show_help")
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        event.stop()
+        event.prevent_default()  # TextArea's handler would insert the raw text
+        if self.read_only:
+            return
+        start, end = self.selection
+        result = self.replace(pasted_text(event.text), start, end, maintain_selection_offset=False)
+        self.move_cursor(result.end_location)
+
+    def action_submit(self) -> None:
+        """Enter: take the text, empty the composer, post :class:`Sent`."""
+        text = self.text
+        self.load_text("")
+        self.remember(text.strip())
+        self.post_message(self.Sent(text))
+
+    def action_newline(self) -> None:
+        """Ctrl+J (Shift+Enter, Alt+Enter): start a new line."""
+        if self.read_only:
+            return
+        start, end = self.selection
+        self.replace("\n", start, end, maintain_selection_offset=False)
+
+    def take_key(self, key: str, character: str | None) -> None:
+        """Apply a key typed while another widget had the focus (the chat), as if it
+        had been typed here: Enter sends, newline keys and printable characters go in,
+        Backspace deletes. Other keys only bring the focus here."""
+        if key == "enter":
+            self.action_submit()
+        elif key in NEWLINE_KEYS:
+            self.action_newline()
+        elif key == "backspace":
+            self.action_delete_left()
+        elif character is not None and character.isprintable() and not self.read_only:
+            start, end = self.selection
+            self.replace(character, start, end, maintain_selection_offset=False)
