@@ -135,6 +135,7 @@ class ChatApp(App[int]):
         self._user_turns: dict[int, UserTurn] = {}
         self._live: tuple[int, AssistantTurn] | None = None
         self._unmounted = 0  # turns taken off the screen to bound the widget tree
+        self._n_replies = 0  # reply turns of this conversation (their numbers)
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
         self.engine_factory: EngineFactory = default_engine_factory
@@ -235,10 +236,9 @@ class ChatApp(App[int]):
         if self._unmounted:
             self._show_unmounted(view)
         numbers = []  # each message's reply number (counting the unmounted ones)
-        n_replies = 0
         for m in shown:
-            n_replies += m["role"] == "assistant"
-            numbers.append(n_replies)
+            self._n_replies += m["role"] == "assistant"
+            numbers.append(self._n_replies)
         label = self._model_name()
         await view.mount_all(
             UserTurn(m["content"])
@@ -251,8 +251,8 @@ class ChatApp(App[int]):
         user_turn = self._user_turns.pop(event.message_id, None)
         if user_turn is not None:
             user_turn.queued = False
-        number = 1 + sum(m["role"] == "assistant" for m in self.session.messages())
-        turn = AssistantTurn(label=self._model_name(), number=number)
+        self._n_replies += 1
+        turn = AssistantTurn(label=self._model_name(), number=self._n_replies)
         self._live = (event.reply_id, turn)
         await self._mount_turn(turn)
         self._update_status()
@@ -455,6 +455,7 @@ class ChatApp(App[int]):
         await self.chat.remove_children()
         await self.chat.mount(Static(self._welcome_text(), markup=False, id="welcome"))
         self._unmounted = 0
+        self._n_replies = 0
         self._user_turns.clear()
         self.composer.focus()
         self._update_status()
