@@ -201,7 +201,11 @@ async def test_the_command_palette_lists_the_apps_commands() -> None:
             ("copy", ["Copy reply", "Copy code block 1", "Copy code block 2"]),
         ):
             await pilot.press("ctrl+p", *query)
-            await wait_for(lambda t=titles: all(title in screen_text(app) for title in t))
+
+            def listed(titles: list[str] = titles) -> bool:
+                return all(title in screen_text(app) for title in titles)
+
+            await wait_for(listed)
             await pilot.press("escape")
             await wait_for(lambda: app.screen is app.screen_stack[0])
         await pilot.press("ctrl+p", *"code block 2")
