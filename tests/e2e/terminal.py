@@ -545,6 +545,7 @@ def contrast(cell: Cell) -> float:
 
 
 _BORDER_RE = re.compile(r"^[\s█▉▊▋▌▍▎▏]+")
+_IN_TURN_RE = re.compile(r"^\s*[█▉▊▋▌▍▎▏]")
 
 
 def text_after(screen: str, marker: str) -> str:
@@ -552,11 +553,14 @@ def text_after(screen: str, marker: str) -> str:
     turn borders stripped, rows joined by spaces.
 
     A row that is the marker alone (the question's own turn) wins over a row that
-    merely contains it: a small model often repeats the question in its reply.
+    merely contains it: a small model often repeats the question in its reply. Rows
+    outside a turn's left border (the role labels above turns: "you", the model's
+    name) are left out.
     """
     rows = screen_lines(conversation(screen))
     exact = [i for i, row in enumerate(rows) if _BORDER_RE.sub("", row).strip() == marker]
     index = max(exact or [i for i, row in enumerate(rows) if marker in row], default=None)
     if index is None:
         return ""
-    return " ".join(_BORDER_RE.sub("", row).strip() for row in rows[index + 1 :]).strip()
+    inside = [row for row in rows[index + 1 :] if _IN_TURN_RE.match(row)]
+    return " ".join(_BORDER_RE.sub("", row).strip() for row in inside).strip()

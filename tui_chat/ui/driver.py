@@ -159,28 +159,34 @@ class ChatDriver(LinuxDriver):
 
         The loop is Textual's (``LinuxDriver.run_input_thread``) in shape: wait up to
         100 ms for input, decode UTF-8 incrementally, feed the parser, and let it time
-        out a lone ESC between reads.
+        out a lone ESC between reads. It also ends when the terminal is gone (end of
+        file, or EIO once the pty is hung up): Textual's loop went on reading nothing in
+        a busy loop, and the kernel's SIGCONT after a hang-up made Textual start a
+        second input thread that could miss the stop request, so the process never
+        exited (case C24: 1 run in 4).
         """
         parser = PasteSafeParser(self._debug)
         decode = getincrementaldecoder("utf-8")(errors="replace").decode
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
-
-        def pump(ready: list[tuple[selectors.SelectorKey, int]]) -> None:
-            for _key, mask in ready:
-                if not mask & selectors.EVENT_READ:
-                    continue
-                # A character cut between two reads decodes to "" until its end comes.
-                text = decode(os.read(self.fileno, _READ_BYTES))
-                if text:
-                    for message in parser.feed(text):
-                        self.process_message(message)
-            for message in parser.tick():
-                self.process_message(message)
-
         try:
             while not self.exit_event.is_set():
-                pump(selector.select(0.1))
+                for _key, mask in selector.select(0.1):
+                    if not mask & selectors.EVENT_READ:
+                        continue
+                    try:
+                        data = os.read(self.fileno, _READ_BYTES)
+                    except OSError:
+                        return  # EIO: the terminal hung up
+                    if not data:
+                        return  # end of file: nothing more will come
+                    # A character cut between two reads decodes to "" until its end
+                    # comes; feeding "" would tell the parser the input has ended.
+                    text = decode(data)
+                    for message in parser.feed(text) if text else ():
+                        self.process_message(message)
+                for message in parser.tick():
+                    self.process_message(message)
         finally:
             selector.close()
             try:
