@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from textual import events
 from textual.pilot import Pilot
 
 from tests.conftest import fake_config, wait_for
@@ -87,6 +88,11 @@ async def test_keys_typed_while_the_chat_has_the_focus_go_to_the_composer() -> N
         await pilot.press("x", "y", "backspace", "z")
         assert composer(app).text == "xz"
         assert app.focused is composer(app) and chat(app).selected is None
+        # A paste too.
+        await pilot.press("ctrl+up")
+        app.post_message(events.Paste(" and\r\npasted"))
+        await wait_for(lambda: composer(app).text == "xz and\npasted")
+        assert app.focused is composer(app)
 
 
 async def test_a_cursor_moves_over_the_turns_and_back_to_the_composer() -> None:

@@ -306,6 +306,12 @@ class ChatApp(App[int]):
         composer.focus()
         composer.take_key(event.key, event.character)
 
+    def on_chat_view_pasted_away(self, event: ChatView.PastedAway) -> None:
+        """A paste while the chat had the focus: into the composer."""
+        self.chat.clear_cursor()
+        self.composer.focus()
+        self.composer.insert_paste(event.text)
+
     def on_chat_view_left(self, event: ChatView.Left) -> None:
         self.composer.focus()
 

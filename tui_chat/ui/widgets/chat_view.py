@@ -25,7 +25,8 @@ class ChatView(VerticalScroll):
     the focus only from the keyboard, to move a cursor over the turns
     (:meth:`select_turn`); there Up/Down/Home/End move the cursor, Enter or ``c``
     copies the turn and ``1``-``9`` its code block N (:class:`ChatView.CopyAsked`), and
-    any other key goes back to the composer (:class:`ChatView.TypedAway`), never lost.
+    any other key (and a paste) goes back to the composer (:class:`ChatView.TypedAway`,
+    :class:`ChatView.PastedAway`), never lost.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -63,6 +64,17 @@ class ChatView(VerticalScroll):
             super().__init__()
             self.key = key
             self.character = character
+
+    class PastedAway(Message):
+        """A paste arrived while the chat had the focus: it belongs to the composer.
+
+        Attributes:
+            text: the pasted text (raw, as the terminal sent it).
+        """
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
 
     class Left(Message):
         """The cursor went below the last turn: back to the composer."""
@@ -141,6 +153,10 @@ class ChatView(VerticalScroll):
         # command palette) keeps the selection for when it closes.
         if self.screen.is_current:
             self.clear_cursor()
+
+    def _on_paste(self, event: events.Paste) -> None:
+        event.stop()
+        self.post_message(self.PastedAway(event.text))
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key in _BOUND_KEYS:

@@ -169,10 +169,14 @@ class Composer(TextArea):
     async def _on_paste(self, event: events.Paste) -> None:
         event.stop()
         event.prevent_default()  # TextArea's handler would insert the raw text
+        self.insert_paste(event.text)
+
+    def insert_paste(self, text: str) -> None:
+        """Insert pasted ``text`` at the cursor, made inert (:func:`pasted_text`)."""
         if self.read_only:
             return
         start, end = self.selection
-        result = self.replace(pasted_text(event.text), start, end, maintain_selection_offset=False)
+        result = self.replace(pasted_text(text), start, end, maintain_selection_offset=False)
         self.move_cursor(result.end_location)
 
     def action_submit(self) -> None:
