@@ -13,7 +13,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from tests.conftest import fake_config, wait_for
-from tests.helpers import screen_text
+from tests.helpers import screen_segments, screen_text
 from tests.test_app_stream import finished, ready
 from tui_chat.engine.base import ModelInfo
 from tui_chat.engine.fake import EOG, FakeEngine, paced
@@ -37,6 +37,16 @@ def chat(app: ChatApp) -> ChatView:
 
 def composer(app: ChatApp) -> Composer:
     return app.query_one("#composer", Composer)
+
+
+def label_is_reversed(app: ChatApp, text: str) -> bool:
+    """Whether the label row above the turn showing ``text`` is drawn in reverse video
+    (how the selected turn stands out, in colour or not)."""
+    rows = screen_text(app).splitlines()
+    y = next(i for i, row in enumerate(rows) if text in row) - 1
+    return any(
+        s.style is not None and s.style.reverse for s in screen_segments(app)[y] if s.text.strip()
+    )
 
 
 async def exchange(app: ChatApp, pilot: Pilot[int], text: str, n: int) -> None:
@@ -106,6 +116,8 @@ async def test_a_cursor_moves_over_the_turns_and_back_to_the_composer() -> None:
         turns = view.turns()
         await pilot.press("ctrl+up")
         assert view.selected is turns[3] and turns[3].has_class("-selected")
+        await pilot.pause()
+        assert label_is_reversed(app, "second reply") and not label_is_reversed(app, "two")
         await pilot.press("up")
         assert view.selected is turns[2] and not turns[3].has_class("-selected")
         await pilot.press("ctrl+up", "home")
@@ -183,10 +195,18 @@ async def test_mouse_selection_in_a_reply_copies_exactly_the_text_shown() -> Non
         rows = screen_text(app).splitlines()
         shown = [rows[y0 + dy][x0:].rstrip() for dy in range(6)]
         assert "\t" not in "".join(shown) and "echo hi" in shown[4]
+
+        def styles(dy: int) -> list[str]:
+            return [str(seg.style) for seg in screen_segments(app)[y0 + dy]]
+
+        before = [styles(dy) for dy in range(7)]
         await pilot.mouse_down(view, offset=(0, 0))
         await pilot.hover(view, offset=(9, 4))
         await pilot.mouse_up(view, offset=(9, 4))
         await pilot.pause()
+        # The selected rows are drawn in the selection style, the rows after are not.
+        assert styles(0) != before[0] and styles(4) != before[4]
+        assert styles(6) == before[6]
         # Textual's selection takes in the character under the pointer.
         expected = "\n".join([*shown[:4], shown[4][:10]])
         assert app.screen.get_selected_text() == expected
