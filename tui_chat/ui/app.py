@@ -45,10 +45,8 @@ from tui_chat.session import (
     SessionEvent,
 )
 from tui_chat.session.events import Severity
-from tui_chat.ui.clipboard import too_large
-from tui_chat.ui.commands import CHAT_COMMANDS, ChatCommands, PaletteCommand
-from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, too_large_notice
-from tui_chat.ui.markdown_view import code_blocks
+from tui_chat.ui.commands import ChatCommands, PaletteCommand, chat_commands
+from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.screens.help import HelpScreen
 from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
@@ -63,6 +61,7 @@ from tui_chat.ui.widgets.turns import (
     UserTurn,
     note_for,
 )
+from tui_chat.ui.widgets.welcome import Welcome
 
 # Finished turns beyond this many are unmounted (they stay in the conversation and the
 # saved history): every mounted widget costs layout time on each height change and
@@ -144,7 +143,7 @@ class ChatApp(App[int]):
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
         with ChatView(id="conversation"):
-            yield Static(self._welcome_text(), markup=False, id="welcome")
+            yield Welcome(self._model_name(), None)
         yield self._status
         yield Composer(id="composer")
         yield Footer()
@@ -370,22 +369,8 @@ class ChatApp(App[int]):
         info = None if loading else session.model_info
         if self._status.is_attached:
             self._status.show(session.state, session.live_stats(), info, self._model_name())
-            for welcome in self.query("#welcome").results(Static):
-                welcome.update(self._welcome_text())
-
-    def _welcome_text(self) -> str:
-        """The empty chat: which model, and how to start (sanitized)."""
-        name = sanitize(self._model_name())
-        info = None if self.session.loading_model else self.session.model_info
-        if info is None:
-            model = f"Loading {name} …"
-        else:
-            window = f", a context window of {info.n_ctx:,} tokens" if info.n_ctx else ""
-            model = f"Model: {name}{window}."
-        return (
-            f"{model}\n\nType a message and press Enter to send it; Ctrl+J starts a new line.\n"
-            "F1 (or ? here) shows the keys, Ctrl+P the commands, Ctrl+Q quits."
-        )
+            for welcome in self.query(Welcome).results(Welcome):
+                welcome.show(self._model_name(), info)
 
     def notice(self, text: str, severity: Severity = "information") -> None:
         """A toast for the user: the one way the app shows a line it did not write
@@ -459,7 +444,7 @@ class ChatApp(App[int]):
         if not self.session.new_chat():
             return
         await self.chat.remove_children()
-        await self.chat.mount(Static(self._welcome_text(), markup=False, id="welcome"))
+        await self.chat.mount(Welcome(self._model_name(), self.session.model_info))
         self._unmounted = 0
         self._n_replies = 0
         self._user_turns.clear()
@@ -488,57 +473,38 @@ class ChatApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
-    def _copy_target(self) -> Widget | None:
-        """The selected turn, else the last reply on screen."""
-        selected = self.chat.selected
-        if selected is not None:
-            return selected
-        replies = self.chat.query_children(AssistantTurn)
-        return replies.last() if replies else None
-
     def action_copy_reply(self) -> None:
         """Ctrl+O: copy the selected turn (else the last reply) as Markdown source."""
-        self._copy_turn(self._copy_target(), 0)
+        self._copy_turn(self.chat.copy_target(), 0)
 
     def action_copy_code(self, n: int) -> None:
         """Copy code block ``n`` (from 1) of the selected turn, else the last reply."""
-        self._copy_turn(self._copy_target(), n)
+        self._copy_turn(self.chat.copy_target(), n)
 
     def _copy_turn(self, turn: Widget | None, code_block: int) -> None:
         try:
-            if turn is None:
-                raise NothingToCopy("there is no reply to copy yet")
             clip = clip_of(turn, code_block)
         except NothingToCopy as why:
             self.notice(str(why), "warning")
             return
-        self._send_to_clipboard(clip)
+        self.copy_to_clipboard(clip.text, clip.what)
 
-    def _send_to_clipboard(self, clip: Clip) -> None:
-        if too_large(clip.text):
-            self.notice(too_large_notice(clip.what, clip.text), "warning")
+    def copy_to_clipboard(self, text: str, what: str = "selection") -> None:
+        """Copy ``text`` through the terminal (OSC 52, wrapped for tmux/screen by the
+        driver) with a notice saying what was copied, unless it is over the size guard
+        (:func:`tui_chat.ui.copying.refusal`). Ctrl+C on a mouse selection and in the
+        composer come here too."""
+        clip = Clip(text, what)
+        refused = refusal(clip)
+        if refused is not None:
+            self.notice(refused, "warning")
             return
         super().copy_to_clipboard(clip.text)
         self.notice(clip.notice)
 
-    def copy_to_clipboard(self, text: str) -> None:
-        """Copy ``text`` through the terminal (OSC 52, wrapped for tmux/screen by the
-        driver), unless it is over the size guard (:func:`tui_chat.ui.clipboard.too_large`);
-        a notice says which. Used by Ctrl+C on a mouse selection and in the composer."""
-        self._send_to_clipboard(Clip(text, "selection"))
-
     def palette_commands(self) -> list[PaletteCommand]:
-        """The app's commands for the palette (:mod:`tui_chat.ui.commands`): the fixed
-        ones, and one per code block of the selected turn or the last reply."""
-        commands = list(CHAT_COMMANDS)
-        target = self._copy_target()
-        source = getattr(target, "source", "") if target is not None else ""
-        for n, block in enumerate(code_blocks(source)[:20], 1):
-            first = sanitize(block.strip().splitlines()[0] if block.strip() else "")[:40]
-            commands.append(
-                PaletteCommand(f"Copy code block {n}", first or "(empty)", f"copy_code({n})")
-            )
-        return commands
+        """The app's commands for the palette (:func:`tui_chat.ui.commands.chat_commands`)."""
+        return chat_commands(getattr(self.chat.copy_target(), "source", ""))
 
 
 def make_app(

@@ -14,6 +14,9 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from tui_chat.sanitize import sanitize
+from tui_chat.ui.markdown_view import code_blocks
+
 
 @dataclass(frozen=True)
 class PaletteCommand:
@@ -38,6 +41,19 @@ CHAT_COMMANDS: tuple[PaletteCommand, ...] = (
     PaletteCommand("Help: keys", "Every key of the app (F1)", "show_help"),
 )
 """Commands that are always listed."""
+
+
+def chat_commands(source: str) -> list[PaletteCommand]:
+    """:data:`CHAT_COMMANDS`, then "Copy code block N" for each code block of
+    ``source`` (the Markdown of the selected turn or the last reply; at most 20), with
+    the block's first line as help."""
+    commands = list(CHAT_COMMANDS)
+    for n, block in enumerate(code_blocks(source)[:20], 1):
+        first = sanitize(block.strip().splitlines()[0] if block.strip() else "")[:40]
+        commands.append(
+            PaletteCommand(f"Copy code block {n}", first or "(empty)", f"copy_code({n})")
+        )
+    return commands
 
 
 class ChatCommands(Provider):

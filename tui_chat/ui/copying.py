@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from textual.widget import Widget
 
 from tui_chat.sanitize import sanitize
-from tui_chat.ui.clipboard import MAX_BASE64_CHARS
+from tui_chat.ui.clipboard import MAX_BASE64_CHARS, too_large
 from tui_chat.ui.markdown_view import code_blocks
 from tui_chat.ui.widgets.turns import AssistantTurn, UserTurn
 
@@ -42,13 +42,16 @@ class NothingToCopy(Exception):
     what there is."""
 
 
-def clip_of(turn: Widget, code_block: int = 0) -> Clip:
+def clip_of(turn: Widget | None, code_block: int = 0) -> Clip:
     """The text to copy from ``turn``: its whole source, or code block ``code_block``
     (from 1) of a reply.
 
     Raises:
-        NothingToCopy: not a turn, an empty turn, or fewer code blocks than asked.
+        NothingToCopy: no turn, not a turn, an empty turn, or fewer code blocks than
+            asked.
     """
+    if turn is None:
+        raise NothingToCopy("there is no reply to copy yet")
     if isinstance(turn, AssistantTurn):
         name = f"reply {turn.number}" if turn.number else "the reply"
     elif isinstance(turn, UserTurn):
@@ -68,9 +71,12 @@ def clip_of(turn: Widget, code_block: int = 0) -> Clip:
     return Clip(sanitize(text), f"code block {code_block} of {name}")
 
 
-def too_large_notice(what: str, text: str) -> str:
-    """The line shown when ``text`` is over the clipboard guard and was not sent."""
+def refusal(clip: Clip) -> str | None:
+    """Why ``clip`` is not sent (over the :data:`MAX_BASE64_CHARS` guard: terminals cap
+    OSC 52 or drop it silently), or None to send it."""
+    if not too_large(clip.text):
+        return None
     return (
-        f"{what} was not copied: {len(text):,} chars is more than a terminal clipboard"
-        f" takes (the limit is {MAX_BASE64_CHARS // 1000} kB of base64)"
+        f"{clip.what} was not copied: {len(clip.text):,} chars is more than a terminal"
+        f" clipboard takes (the limit is {MAX_BASE64_CHARS // 1000} kB of base64)"
     )

@@ -95,6 +95,14 @@ class ChatView(VerticalScroll):
             return None
         return turns[min(self.cursor, len(turns) - 1)]
 
+    def copy_target(self) -> Widget | None:
+        """What a copy takes when none is named: the selected turn, else the last
+        reply, else None."""
+        if self.selected is not None:
+            return self.selected
+        replies = [turn for turn in self.turns() if turn.has_class("assistant")]
+        return replies[-1] if replies else None
+
     def select_turn(self, index: int = -1) -> None:
         """Put the cursor on turn ``index`` (negative: from the end) and take the focus."""
         turns = self.turns()

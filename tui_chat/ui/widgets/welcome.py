@@ -1,0 +1,39 @@
+"""The empty chat: which model is loaded, and how to start."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from tui_chat.engine.base import ModelInfo
+from tui_chat.sanitize import sanitize
+
+
+def welcome_text(model_name: str, info: ModelInfo | None) -> str:
+    """What the empty chat says: the model (loading, or loaded with its context window)
+    and the first keys. ``model_name`` is untrusted (a GGUF's name): it is sanitized."""
+    name = sanitize(model_name)
+    if info is None:
+        model = f"Loading {name} …"
+    else:
+        window = f", a context window of {info.n_ctx:,} tokens" if info.n_ctx else ""
+        model = f"Model: {name}{window}."
+    return (
+        f"{model}\n\nType a message and press Enter to send it; Ctrl+J starts a new line.\n"
+        "F1 (or ? here) shows the keys, Ctrl+P the commands, Ctrl+Q quits."
+    )
+
+
+class Welcome(Static):
+    """Shown in the chat until the first turn (and again after Ctrl+L).
+
+    Args:
+        model_name: the model's name (sanitized here).
+        info: the loaded model, or None while it loads.
+    """
+
+    def __init__(self, model_name: str, info: ModelInfo | None) -> None:
+        super().__init__(welcome_text(model_name, info), markup=False, id="welcome")
+
+    def show(self, model_name: str, info: ModelInfo | None) -> None:
+        """Name the model again (it loaded, or another one was picked)."""
+        self.update(welcome_text(model_name, info))
