@@ -75,6 +75,12 @@ async def test_page_keys_scroll_the_chat_while_the_composer_keeps_the_focus() ->
         await wait_for(lambda: view.scroll_y == view.max_scroll_y)
         await pilot.press(*"still typing")
         assert composer(app).text == "still typing"
+        # Up through the long reply with the turn cursor; Down past it: the end again.
+        await pilot.press("ctrl+up", "up")
+        await wait_for(lambda: view.scroll_y < bottom)
+        await pilot.press("down", "down")
+        assert app.focused is composer(app)
+        await wait_for(lambda: view.scroll_y == view.max_scroll_y)
 
 
 async def test_a_click_in_the_chat_leaves_the_typing_in_the_composer() -> None:

@@ -312,6 +312,9 @@ class ChatApp(App[int]):
         self.composer.insert_paste(event.text)
 
     def on_chat_view_left(self, event: ChatView.Left) -> None:
+        """Down past the last turn: back to the composer and to following the newest
+        text (moving the cursor had stopped the view from following a reply)."""
+        self.chat.scroll_end(animate=False)
         self.composer.focus()
 
     def on_chat_view_copy_asked(self, event: ChatView.CopyAsked) -> None:
