@@ -124,6 +124,7 @@ async def test_a_cursor_moves_over_the_turns_and_back_to_the_composer() -> None:
         assert view.selected is turns[3] and turns[3].has_class("-selected")
         await pilot.pause()
         assert label_is_reversed(app, "second reply") and not label_is_reversed(app, "two")
+        assert ChatView.HINT in screen_text(app)  # the cursor's keys, while it is there
         await pilot.press("up")
         assert view.selected is turns[2] and not turns[3].has_class("-selected")
         await pilot.press("ctrl+up", "home")
@@ -135,6 +136,8 @@ async def test_a_cursor_moves_over_the_turns_and_back_to_the_composer() -> None:
         assert not any(t.has_class("-selected") for t in turns)
         await pilot.press("ctrl+up", "escape")
         assert view.selected is None and app.focused is composer(app)
+        await pilot.pause()
+        assert ChatView.HINT not in screen_text(app)
 
 
 async def test_c_copies_the_selected_reply_as_markdown_source() -> None:

@@ -98,8 +98,10 @@ class ChatApp(App[int]):
         Binding("f2", "settings", "Settings"),
         Binding("f3", "models", "Models"),
         Binding("ctrl+z", "suspend_process", "Suspend", show=False),
-        Binding("f1", "show_help", "Keys"),
-        Binding("ctrl+o", "copy_reply", "Copy reply"),
+        # Not in the footer, which has no room left at 80 columns: the composer's
+        # placeholder and the empty chat name F1, and F1 lists the rest.
+        Binding("f1", "show_help", "Keys", show=False),
+        Binding("ctrl+o", "copy_reply", "Copy reply", show=False),
         Binding("ctrl+up", "select_turn", "Select a turn", show=False),
         Binding("pageup", "scroll_chat('page_up')", "Scroll up", show=False),
         Binding("pagedown", "scroll_chat('page_down')", "Scroll down", show=False),

@@ -36,10 +36,22 @@ class ChatView(VerticalScroll):
         Binding("end", "cursor_to(-1)", "Last turn", show=False),
         Binding("ctrl+up", "cursor(-1)", "Previous turn", show=False),
         Binding("ctrl+down", "cursor(1)", "Next turn", show=False),
-        Binding("enter,c", "copy_turn", "Copy turn"),
+        Binding("enter,c", "copy_turn", "Copy turn", show=False),
         *(Binding(str(n), f"copy_code({n})", f"Copy code block {n}", show=False)
           for n in range(1, 10)),
     ]  # fmt: skip
+
+    DEFAULT_CSS = """
+    ChatView:focus {
+        border-bottom: solid $accent;
+        border-subtitle-align: left;
+        border-subtitle-color: $text;
+    }
+    """
+
+    HINT = "↑↓ turns · Enter/c copy · 1-9 code block · Esc back"
+    """The keys of the cursor, on the view's bottom edge while it has the focus (the
+    footer has no room for them at 80 columns)."""
 
     cursor: reactive[int | None] = reactive(None, init=False)
     """Index of the selected turn among :meth:`turns`, or None."""
@@ -78,6 +90,9 @@ class ChatView(VerticalScroll):
 
     class Left(Message):
         """The cursor went below the last turn: back to the composer."""
+
+    def on_mount(self) -> None:
+        self.border_subtitle = self.HINT
 
     def focus_on_click(self) -> bool:
         """Clicks (and mouse selection) leave the focus where it was."""
