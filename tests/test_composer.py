@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from textual import events
+from textual.binding import Binding
 
 from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
@@ -18,7 +19,7 @@ from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.store import Store
 from tui_chat.ui.app import ChatApp, make_app
-from tui_chat.ui.screens.help import HelpScreen
+from tui_chat.ui.screens.help import KEYS, HelpScreen
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.turns import UserTurn
@@ -198,6 +199,20 @@ async def test_question_mark_shows_the_keys_only_in_an_empty_composer() -> None:
         await pilot.press(*"why", "question_mark")
         assert composer(app).text == "why?"
         assert not isinstance(app.screen, HelpScreen)
+
+
+def key_name(key: str) -> str:
+    """A Textual key as the help writes it: ``ctrl+home`` -> ``Ctrl+Home``."""
+    names = {"pageup": "PageUp", "pagedown": "PageDown", "escape": "Esc"}
+    return "+".join(names.get(part, part.capitalize()) for part in key.split("+"))
+
+
+def test_the_help_names_every_key_of_the_app() -> None:
+    written = " ".join(f"{key} {what}" for _section, rows in KEYS for key, what in rows)
+    for binding in ChatApp.BINDINGS:
+        assert isinstance(binding, Binding)
+        for key in binding.key.split(","):
+            assert key_name(key) in written, f"{key} ({binding.description}) not in the help"
 
 
 async def test_f1_shows_the_keys_from_anywhere() -> None:

@@ -48,6 +48,8 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("F1 or ?", "these keys (? when the composer is empty)"),
             ("Ctrl+P", "commands: new chat, copy, code blocks, stop, ..."),
+            ("F2", "this conversation's settings: system prompt, sampling"),
+            ("F3", "pick a model"),
             ("Ctrl+Z", "suspend (fg to come back)"),
             ("Ctrl+Q", "quit"),
         ),
