@@ -7,17 +7,28 @@ Prefill is fed in ``n_batch`` chunks with a cancel check between chunks, so Esc 
 a long prompt is honoured within one prompt batch (replay case C08). Decode checks
 the cancel flag once per step.
 
-KV cache reuse across turns: the engine remembers the tokens of the previous prompt and
-reply. When the new prompt text starts with that text (the usual case: history plus
-a new message), the new prompt's tokens are those cached tokens plus the tokens of the
-new suffix alone, so re-tokenising the earlier reply can never move a token boundary
+KV cache reuse across turns: the engine remembers the tokens it fed for the previous
+prompt and reply, with a mark at each message boundary (:mod:`tui_chat.engine.splice`).
+When the new prompt text starts with the text of a mark (the usual case: history plus
+a new message), the new prompt's tokens are the tokens up to that mark plus the tokens
+of the rest alone, so re-tokenising the earlier reply can never move a token boundary
 and waste the cache (case C20). Then only tokens after the longest common prefix with
-the KV cache are evaluated.
+the KV cache are evaluated. Regenerating or editing a turn reuses the KV cache up to
+the boundary before that turn (llama.cpp's ``seq_rm`` drops the rest).
+
+KV snapshots (issue 13): :meth:`LlamaEngine.save_snapshot` writes the context state to
+a file with llama.cpp's ``llama_state_save_file``; :meth:`LlamaEngine.load_snapshot`
+checks it (:mod:`tui_chat.engine.snapshot`) and reads it back with
+``llama_state_load_file``, then sets llama-cpp-python's view of the KV cache
+(``input_ids``, ``n_tokens``) and the splice, so the next :meth:`generate` evaluates
+only what is new, as on turn 2 of a chat that never stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,10 +43,28 @@ from tui_chat.engine.base import (
     EngineEvent,
     ModelInfo,
     PrefillDone,
+    PrefillProgress,
     SamplingParams,
     TokenPiece,
 )
 from tui_chat.engine.modelfile import ModelFileError, ModelHeader, check_model_file
+from tui_chat.engine.snapshot import (
+    Fingerprint,
+    SnapshotError,
+    SnapshotHeader,
+    SnapshotInfo,
+    SnapshotRejected,
+    check_state_file,
+    compare_fingerprints,
+    file_crc32,
+    read_header,
+    reusable_tokens,
+    snapshot_files,
+    temp_path,
+    template_digest,
+    write_header,
+)
+from tui_chat.engine.splice import Splice
 from tui_chat.engine.templates import ChatTemplate, choose_template
 
 
@@ -82,9 +111,8 @@ class LlamaEngine:
         self._template: ChatTemplate | None = None
         self._info: ModelInfo | None = None
         self._busy = threading.Lock()
-        # Tokens whose text is exactly self._cached_text (prompt + reply of last turn).
-        self._cached_tokens: list[int] = []
-        self._cached_text = ""
+        # The tokens fed for the last turn's text, with message boundaries.
+        self._splice = Splice()
         self._bos: int | None = None
         self._piece_buf = (ctypes.c_char * 256)()
 
@@ -233,23 +261,31 @@ class LlamaEngine:
 
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[str, list[int]]:
         """Render and tokenise a conversation: exactly one BOS (if the model wants one)."""
-        assert self._template is not None
-        text = self._template.render(messages)
-        if self._cached_text and text.startswith(self._cached_text):
-            tokens = self._cached_tokens + self._tokenize(text[len(self._cached_text) :])
-        else:
-            tokens = ([self._bos] if self._bos is not None else []) + self._tokenize(text)
+        text, tokens, _ = self._prompt(messages)
         return text, tokens
 
-    def _fit(self, messages: Sequence[ChatMessage], max_tokens: int) -> tuple[str, list[int], int]:
+    def _prompt(self, messages: Sequence[ChatMessage]) -> tuple[str, list[int], tuple[int, int]]:
+        """(text, tokens, the splice mark reused) for a conversation."""
+        assert self._template is not None
+        text = self._template.render(messages)
+        mark = self._splice.longest_mark(text)
+        if mark[1]:
+            tokens = self._splice.tokens[: mark[1]] + self._tokenize(text[mark[0] :])
+        else:
+            tokens = ([self._bos] if self._bos is not None else []) + self._tokenize(text)
+        return text, tokens, mark
+
+    def _fit(
+        self, messages: Sequence[ChatMessage], max_tokens: int
+    ) -> tuple[str, list[int], tuple[int, int], int]:
         """Drop the oldest turns (keeping system messages) until the prompt fits."""
         reserve = min(max_tokens, self.n_ctx // 4)
         msgs = list(messages)
         dropped = 0
         while True:
-            text, tokens = self.prompt_tokens(msgs)
+            text, tokens, mark = self._prompt(msgs)
             if len(tokens) + reserve <= self.n_ctx:
-                return text, tokens, dropped
+                return text, tokens, mark, dropped
             idx = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
             if idx is None:
                 raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
@@ -274,7 +310,7 @@ class LlamaEngine:
     ) -> Iterator[EngineEvent]:
         llm = self._llm
         t0 = time.perf_counter()
-        text, tokens, dropped = self._fit(messages, params.max_tokens)
+        text, tokens, mark, dropped = self._fit(messages, params.max_tokens)
         # The KV cache holds llm.input_ids[:llm.n_tokens]. Reuse its longest common
         # prefix with the new prompt, keeping at least one token to evaluate so the
         # logits for the first sample are fresh.
@@ -288,13 +324,21 @@ class LlamaEngine:
             lcp = 0
             llm.reset()
         llm.n_tokens = lcp
-        # Forget the cached text until this turn's tokens are known.
-        self._cached_text, self._cached_tokens = "", []
+        self._splice.begin_turn(text, tokens, mark)
         body = tokens[lcp:-1]
+        report = len(body) + 1 > self.n_batch
+        n_total = len(tokens) - lcp
+        t_body = time.perf_counter()
         for i in range(0, len(body), self.n_batch):
+            if report:
+                elapsed_ms = (time.perf_counter() - t_body) * 1000
+                yield PrefillProgress(i, n_total, elapsed_ms, n_reused=lcp)
             if cancel.is_set():
                 return
             llm.eval(body[i : i + self.n_batch])
+        if report:
+            elapsed_ms = (time.perf_counter() - t_body) * 1000
+            yield PrefillProgress(len(body), n_total, elapsed_ms, n_reused=lcp)
         if cancel.is_set():
             return
         import llama_cpp
@@ -342,10 +386,215 @@ class LlamaEngine:
                 reply_text = reply_bytes.decode("utf-8")
             except UnicodeDecodeError:
                 reply_text = ""
-            if reply_text:
-                self._cached_text = text + reply_text
-                self._cached_tokens = tokens + reply
+            self._splice.end_turn(reply_text, reply)
             self.last_prompt_tokens = tokens
+
+    # KV snapshots (issue 13). Engine thread only, like generate().
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[Any]:
+        if self._llm is None:
+            raise SnapshotError("no model loaded")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("LlamaEngine entered by two threads at once")
+        try:
+            yield self._llm
+        finally:
+            self._busy.release()
+
+    def snapshot_fingerprint(self, model_sha256: str) -> Fingerprint:
+        """Everything the KV cache's content depends on, for a snapshot header.
+
+        Args:
+            model_sha256: the model file's SHA-256 (hex); the caller computes it once
+                per file (see :mod:`tui_chat.kvcache`), as hashing a large model takes
+                seconds.
+
+        Floats are stored as ``float.hex()`` strings so that they compare exactly.
+        """
+        import llama_cpp
+
+        llm = self._llm
+        assert llm is not None and self._template is not None
+        cp = llm.context_params
+        fp: Fingerprint = {
+            "model_sha256": model_sha256,
+            "template": template_digest(self._template, self._bos),
+            "n_ctx": int(llm.n_ctx()),
+            "llama_cpp_python": str(llama_cpp.__version__),
+        }
+        for name in ("type_k", "type_v", "flash_attn_type", "n_seq_max", "rope_scaling_type"):
+            fp[name] = int(getattr(cp, name))
+        for name in ("swa_full", "kv_unified", "embeddings"):
+            fp[name] = bool(getattr(cp, name))
+        for name in (
+            "rope_freq_base",
+            "rope_freq_scale",
+            "yarn_ext_factor",
+            "yarn_attn_factor",
+            "yarn_beta_fast",
+            "yarn_beta_slow",
+        ):
+            fp[name] = float(getattr(cp, name)).hex()
+        fp["yarn_orig_ctx"] = int(cp.yarn_orig_ctx)
+        return fp
+
+    def snapshot_size_bytes(self) -> int:
+        """About how large a snapshot of the current KV cache would be, in bytes
+        (``llama_state_get_size``: a dry run, no copy). 0 when nothing is loaded."""
+        import llama_cpp
+
+        if self._llm is None:
+            return 0
+        return int(llama_cpp.llama_state_get_size(self._llm._ctx.ctx))
+
+    @property
+    def n_kv_tokens(self) -> int:
+        """Tokens in the KV cache now (what a snapshot would hold)."""
+        return int(self._llm.n_tokens) if self._llm is not None else 0
+
+    def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
+        """Write the context state to ``<base>.llama-state`` and ``<base>.json``.
+
+        Uses ``llama_state_save_file`` (the state goes from llama.cpp to the file
+        without passing through Python), then a CRC-32 of the file for the header
+        (format: :mod:`tui_chat.engine.snapshot`). Files are replaced atomically;
+        on failure nothing new is left behind. Measured here (Gemma 3 270M, 2 loaded
+        CPU cores): 35 MB and 26-44 ms for 1,906 tokens, CRC included about 16 ms more.
+
+        Args:
+            base: base path; the folder must exist.
+            model_sha256: the model file's SHA-256 (see :meth:`snapshot_fingerprint`).
+
+        Returns:
+            What was written.
+
+        Raises:
+            SnapshotError: nothing in the KV cache, or llama.cpp or the disk failed.
+            RuntimeError: called while another thread is inside the engine.
+        """
+        import llama_cpp
+
+        with self._exclusive() as llm:
+            t0 = time.perf_counter()
+            n = int(llm.n_tokens)
+            if n == 0:
+                raise SnapshotError("nothing in the KV cache to save")
+            kv = [int(t) for t in llm.input_ids[:n]]
+            splice = self._splice
+            if splice.tokens[:n] != kv:  # the splice describes other tokens: keep none
+                splice = Splice(tokens=kv)
+            header_path, state_path = snapshot_files(base)
+            tmp = temp_path(state_path)
+            arr = (llama_cpp.llama_token * n)(*kv)
+            try:
+                if not llama_cpp.llama_state_save_file(llm._ctx.ctx, os.fsencode(tmp), arr, n):
+                    raise SnapshotError("llama.cpp could not write the state file")
+                size = tmp.stat().st_size
+                crc = file_crc32(tmp)
+                os.replace(tmp, state_path)
+                header = SnapshotHeader(
+                    fingerprint=self.snapshot_fingerprint(model_sha256),
+                    state_size_bytes=size,
+                    state_crc32=crc,
+                    n_kv_tokens=n,
+                    splice=Splice(splice.text, list(splice.tokens), list(splice.marks)),
+                    saved_at=time.time(),
+                )
+                size += write_header(header_path, header)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise SnapshotError(f"cannot write the snapshot: {exc.strerror}") from exc
+            except SnapshotError:
+                tmp.unlink(missing_ok=True)
+                raise
+            return SnapshotInfo(base, n, size, (time.perf_counter() - t0) * 1000, n)
+
+    def load_snapshot(
+        self,
+        base: Path,
+        *,
+        model_sha256: str,
+        messages: Sequence[ChatMessage] | None = None,
+    ) -> SnapshotInfo:
+        """Restore a snapshot written by :meth:`save_snapshot`, if it is valid here.
+
+        Checks, before any native call: the header (format, types, CRC), the
+        fingerprint (model content hash, chat template, ``n_ctx``, KV cache settings,
+        llama-cpp-python version), the state file (size, token list, CRC-32) and, when
+        ``messages`` is given, that the snapshot holds a prefix of that conversation.
+        Then ``llama_state_load_file`` replaces the whole KV cache, and the engine's
+        view of it (llama-cpp-python's ``input_ids``/``n_tokens``, the splice) is set
+        to match, so the next :meth:`generate` evaluates only tokens after the
+        restored prefix.
+
+        Args:
+            base: base path of the snapshot.
+            model_sha256: the loaded model file's SHA-256.
+            messages: the conversation about to continue (without the new message), or
+                None to skip the prefix check. A regenerate or edit may pass the
+                conversation up to the turn it replaces.
+
+        Returns:
+            What was restored; ``n_reusable`` is how many prompt tokens of
+            ``messages`` the KV cache now holds.
+
+        Raises:
+            SnapshotRejected: not valid here; the KV cache is unchanged when the checks
+                refused it, or cleared when llama.cpp itself refused the file.
+            RuntimeError: called while another thread is inside the engine.
+        """
+        import llama_cpp
+
+        with self._exclusive() as llm:
+            t0 = time.perf_counter()
+            header_path, state_path = snapshot_files(base)
+            header = read_header(header_path)
+            compare_fingerprints(header.fingerprint, self.snapshot_fingerprint(model_sha256))
+            n = header.n_kv_tokens
+            n_ctx = int(llm.n_ctx())
+            if n > n_ctx:
+                raise SnapshotRejected("snapshot holds more tokens than the context window")
+            n_vocab = int(llm.n_vocab())
+            if any(t >= n_vocab for t in header.splice.tokens):
+                raise SnapshotRejected("snapshot holds tokens this model does not have")
+            n_reusable = n
+            if messages is not None:
+                assert self._template is not None
+                n_reusable = reusable_tokens(header, self._template.render(messages))
+                if n_reusable <= (1 if self._bos is not None else 0):
+                    raise SnapshotRejected("snapshot is of another conversation")
+            check_state_file(state_path, header)
+            out = (llama_cpp.llama_token * n_ctx)()
+            count = ctypes.c_size_t(0)
+            ok = llama_cpp.llama_state_load_file(
+                llm._ctx.ctx, os.fsencode(state_path), out, n_ctx, ctypes.byref(count)
+            )
+            restored = list(out[: count.value])
+            if not ok or restored != header.splice.tokens[:n]:
+                self._forget_kv()
+                raise SnapshotRejected("llama.cpp could not read the snapshot state file")
+            llm.input_ids[:n] = restored
+            llm.n_tokens = n
+            # Logits were restored too, but the next generate() evaluates at least one
+            # token anyway; this tells llama-cpp-python not to sample from them.
+            llm._requires_eval = True
+            sp = header.splice
+            self._splice = Splice(sp.text, list(sp.tokens), list(sp.marks))
+            size = header.state_size_bytes + header_path.stat().st_size
+            return SnapshotInfo(base, n, size, (time.perf_counter() - t0) * 1000, n_reusable)
+
+    def _forget_kv(self) -> None:
+        """Empty the KV cache and the engine's view of it (after a failed restore)."""
+        import llama_cpp
+
+        llm = self._llm
+        mem = llama_cpp.llama_get_memory(llm._ctx.ctx)
+        if mem is not None:
+            llama_cpp.llama_memory_clear(mem, True)
+        llm.n_tokens = 0
+        llm._requires_eval = True
+        self._splice = Splice()
 
     def close(self) -> None:
         """Free the model (native memory). Safe to call twice."""
