@@ -12,6 +12,7 @@ def test_engine_imports_no_ui_libraries() -> None:
         "import tui_chat.engine.base, tui_chat.engine.decode, tui_chat.engine.stream\n"
         "import tui_chat.engine.fake, tui_chat.engine.templates, tui_chat.engine.modelfile\n"
         "import tui_chat.engine.llama, tui_chat.engine.native_log\n"
+        "import tui_chat.engine.snapshot, tui_chat.engine.splice\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
         "print(','.join(bad))\n"
     )

@@ -352,7 +352,15 @@ class SnapshotCache:
         total = sum(e.size_bytes for e in entries if not (replacing and is_own(e)))
         total += reserve_bytes
         deleted: list[Path] = []
-        ordered = sorted(entries, key=lambda e: (is_own(e), e.last_used))
+
+        def rank(e: _Entry) -> tuple[int, float]:
+            # Oldest first; the kept snapshot last, unless it alone exceeds the limit:
+            # then it goes first, sparing the others.
+            if is_own(e):
+                return (0 if e.size_bytes > self.limit_bytes else 2, e.last_used)
+            return (1, e.last_used)
+
+        ordered = sorted(entries, key=rank)
         for e in ordered:
             if total <= self.limit_bytes:
                 break
