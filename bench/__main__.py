@@ -3,8 +3,8 @@ waits", print a table and write ``bench/results.json``.
 
 Each group of scenarios runs in its own Python process (``python -m bench --group G``)
 so that one group's memory, threads and caches cannot colour another's numbers (the
-RSS ratio above all). Groups: ``real`` (the bundled GGUF), ``fast``, ``keys``,
-``long``, ``rss`` and ``naive`` (the fake engine). A failed group leaves its keys
+RSS ratio above all). Groups: ``real`` and ``resume`` (the bundled GGUF), ``fast``,
+``keys``, ``long``, ``rss`` and ``naive`` (the fake engine). A failed group leaves its keys
 ``null`` and the run goes on; the exit status is then 1.
 
 See bench/README_SECTION.md (the README's "Benchmark and traces") for how to read the
@@ -29,7 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
-GROUPS = ("real", "fast", "keys", "long", "rss", "naive")
+GROUPS = ("real", "resume", "fast", "keys", "long", "rss", "naive")
 GROUP_TIMEOUT_S = 420
 NAIVE_TIME_LIMIT_S = 5.0
 """The naive pattern cannot keep up with 2000 tokens/s; each run stops after this long."""
@@ -75,6 +75,8 @@ GOALS = [
     Goal("turn2_prefill_ratio", "==", _fixed(1.0), "== 1.0"),
     Goal("long_reply_paint_ratio", "<=", _fixed(2), "<= 2"),
     Goal("rss_growth_ratio", "<=", _fixed(1.2), "<= 1.2"),
+    Goal("resume_speedup", ">=", _fixed(10), ">= 10"),
+    Goal("resume_vs_warm_ratio", "<=", _fixed(1.5), "<= 1.5"),
     Goal("naive_loop_lag_p99_ms", "", _fixed(math.nan), "reported beside ours"),
 ]
 
@@ -95,6 +97,14 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         return await real_runs.real_group(
             model, rounds=1 if quick else 3, n_cancel=4 if quick else 10
         )
+    if group == "resume":
+        from bench import resume_runs
+        from tui_chat.paths import default_model_path
+
+        model = default_model_path()
+        if not model.exists():
+            raise RuntimeError(f"the bundled model is not at {model}: run 'make model'")
+        return resume_runs.resume_group(model, rounds=1 if quick else 3)
     if group == "fast":
         return await fake_runs.fast_group(1 if quick else 3, interval)
     if group == "keys":
