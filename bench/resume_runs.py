@@ -85,8 +85,10 @@ def build_history(engine: LlamaEngine) -> list[ChatMessage]:
     while True:
         question: ChatMessage = {"role": "user", "content": f"Part {k}: {QUESTIONS[k % 5]}"}
         reply = "".join(markdown_blocks(rng))
-        candidate = [*history, question, {"role": "assistant", "content": reply}]
-        _, tokens = engine.prompt_tokens([*candidate, {"role": "user", "content": "x"}])
+        answer: ChatMessage = {"role": "assistant", "content": reply}
+        candidate = [*history, question, answer]
+        probe: ChatMessage = {"role": "user", "content": "x"}
+        _, tokens = engine.prompt_tokens([*candidate, probe])
         if len(tokens) > goal - 40:
             break
         history = candidate

@@ -182,7 +182,8 @@ def test_regenerate_after_restore_reuses_the_prompt_of_the_replaced_turn(
     assert prefill.n_evaluated == 1  # the KV cache was cut back to the user message
     assert result.text == saved.history[-1]["content"]
     # Editing the last user message: everything before it is reused.
-    edited = [*saved.history[:-2], {"role": "user", "content": "And the stars?"}]
+    edit: ChatMessage = {"role": "user", "content": "And the stars?"}
+    edited = [*saved.history[:-2], edit]
     _, prefill = chat(target, edited)
     glue = target._tokenize(
         "<end_of_turn>\n<start_of_turn>user\nAnd the stars?<end_of_turn>\n<start_of_turn>model\n"

@@ -27,7 +27,12 @@ from tui_chat.engine.snapshot import (
 )
 from tui_chat.engine.splice import Splice
 
-FP = {"model_sha256": "ab" * 32, "template": "cd" * 32, "n_ctx": 4096, "type_k": 1}
+FP: dict[str, str | int | bool] = {
+    "model_sha256": "ab" * 32,
+    "template": "cd" * 32,
+    "n_ctx": 4096,
+    "type_k": 1,
+}
 TOKENS = [2, 105, 2364, 107, 9259, 106, 107, 105, 4368, 107, 6974, 236761]
 
 

@@ -40,7 +40,6 @@ from tui_chat.engine.snapshot import (
     STATE_SUFFIX,
     SnapshotError,
     SnapshotInfo,
-    SnapshotRejected,
     snapshot_files,
     temp_path,
 )
@@ -277,7 +276,7 @@ class SnapshotCache:
             return RestoreOutcome(None, f"cannot read the model file ({exc.strerror})")
         try:
             info = engine.load_snapshot(base, model_sha256=digest, messages=messages)
-        except SnapshotRejected as exc:
+        except SnapshotError as exc:  # SnapshotRejected, or no model loaded
             return RestoreOutcome(None, str(exc))
         try:
             os.utime(header)  # most recently used
