@@ -168,3 +168,13 @@ def test_splice_marks_for_next_turn_regenerate_and_edit() -> None:
     assert sp.is_consistent()
     assert not Splice("ab", [1], [(3, 1)]).is_consistent()
     assert not Splice("ab", [1], [(2, 1), (1, 1)]).is_consistent()
+
+
+def test_splice_aligned_with_the_kv_cache() -> None:
+    sp = Splice("U|R", [2, 10, 20, 21], [(2, 2), (3, 4)])
+    assert sp.aligned_with([2, 10, 20]) == sp  # the last reply token not evaluated yet
+    longer = sp.aligned_with([2, 10, 20, 21, 22])  # a reply with no mark
+    assert longer.tokens == [2, 10, 20, 21, 22] and longer.marks == sp.marks
+    other = sp.aligned_with([2, 11, 20])
+    assert other == Splice("", [2, 11, 20], [])
+    assert sp.aligned_with([2, 10]).is_consistent() and longer.is_consistent()

@@ -481,9 +481,7 @@ class LlamaEngine:
             if n == 0:
                 raise SnapshotError("nothing in the KV cache to save")
             kv = [int(t) for t in llm.input_ids[:n]]
-            splice = self._splice
-            if splice.tokens[:n] != kv:  # the splice describes other tokens: keep none
-                splice = Splice(tokens=kv)
+            splice = self._splice.aligned_with(kv)
             header_path, state_path = snapshot_files(base)
             tmp = temp_path(state_path)
             arr = (llama_cpp.llama_token * n)(*kv)
@@ -498,7 +496,7 @@ class LlamaEngine:
                     state_size_bytes=size,
                     state_crc32=crc,
                     n_kv_tokens=n,
-                    splice=Splice(splice.text, list(splice.tokens), list(splice.marks)),
+                    splice=splice,
                     saved_at=time.time(),
                 )
                 size += write_header(header_path, header)

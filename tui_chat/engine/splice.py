@@ -63,6 +63,20 @@ class Splice:
         self.tokens += reply_tokens
         self.marks.append((len(self.text), len(self.tokens)))
 
+    def aligned_with(self, kv_tokens: list[int]) -> Splice:
+        """A copy whose tokens start with ``kv_tokens`` (what the KV cache holds).
+
+        The splice may hold one token more than the KV cache (the last sampled token of
+        a reply cut at ``max_tokens`` is never evaluated) or fewer (a reply whose bytes
+        were not valid UTF-8 got no mark): both keep their marks. A splice of other
+        tokens keeps none.
+        """
+        n = min(len(self.tokens), len(kv_tokens))
+        if self.tokens[:n] != kv_tokens[:n]:
+            return Splice(tokens=list(kv_tokens))
+        tokens = list(self.tokens) if len(self.tokens) >= len(kv_tokens) else list(kv_tokens)
+        return Splice(self.text, tokens, list(self.marks))
+
     def is_consistent(self) -> bool:
         """True when the marks are ascending and inside ``text`` and ``tokens``."""
         prev = (0, 0)
