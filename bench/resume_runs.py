@@ -176,7 +176,7 @@ def _measure(
     saved = cache.save(engine, CONVERSATION_ID)
     if saved.info is None:
         raise RuntimeError(f"bench: snapshot not saved: {saved.reason}")
-    n_chat = engine.n_kv_tokens
+    n_chat = engine.n_cached_tokens
     _, state = snapshot_files(cache.base_for(CONVERSATION_ID))
     t = time.perf_counter()
     file_crc32(state)

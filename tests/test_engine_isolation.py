@@ -18,3 +18,17 @@ def test_engine_imports_no_ui_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_snapshot_modules_import_nothing_outside_the_engine_or_ui_libraries() -> None:
+    code = (
+        "import sys\n"
+        "import tui_chat.engine.snapshot, tui_chat.engine.splice\n"
+        "outside = [m for m in sys.modules if m.startswith('tui_chat.')\n"
+        "           and not m.startswith('tui_chat.engine')]\n"
+        "import tui_chat.kvcache\n"
+        "ui = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]\n"
+        "print(','.join(sorted(outside + ui)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -100,7 +100,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Saved]:
         history.append({"role": "assistant", "content": result.text})
     outcome = cache.save(engine, 1)
     assert outcome.info is not None, outcome.reason
-    assert outcome.info.n_tokens == engine.n_kv_tokens
+    assert outcome.info.n_tokens == engine.n_cached_tokens
     # The next turn in the process that never stopped: the reference answer.
     warm, warm_prefill = chat(engine, [*history, {"role": "user", "content": NEXT}])
     yield Saved(cache, history, engine, outcome.info.n_tokens, warm.text, warm_prefill.n_evaluated)
@@ -159,7 +159,7 @@ def test_resumed_chat_answers_as_a_fresh_prefill_and_reads_only_new_tokens(
     assert outcome.info is not None, outcome.reason
     assert len(native_loads) == 1
     restored = outcome.info.n_tokens
-    assert target.n_kv_tokens == restored == saved.n_saved
+    assert target.n_cached_tokens == restored == saved.n_saved
     assert outcome.info.n_reusable == restored
     result, prefill = chat(target, saved.next_turn)
     assert result.text.strip()
@@ -208,7 +208,7 @@ def test_snapshot_from_another_n_ctx_is_rejected_and_the_chat_answers(
         outcome = saved.cache.restore(engine, 1, saved.history)
         assert outcome.info is None and "n_ctx" in (outcome.reason or "")
         assert native_loads == []
-        assert engine.n_kv_tokens == 0
+        assert engine.n_cached_tokens == 0
         result, prefill = chat(engine, saved.next_turn)
         assert result.text.strip()
         assert prefill.n_evaluated == prefill.n_prompt_tokens
@@ -259,11 +259,11 @@ def test_cut_or_damaged_snapshot_is_rejected_before_reading(
             f.write(bytes([byte[0] ^ 0x01]))
     else:
         header.write_bytes(b"\x00\xffnot json at all" * 100)
-    before = target.n_kv_tokens
+    before = target.n_cached_tokens
     outcome = saved.cache.restore(target, 2, saved.history)
     assert outcome.info is None and outcome.reason
     assert native_loads == []
-    assert target.n_kv_tokens == before  # nothing touched
+    assert target.n_cached_tokens == before  # nothing touched
     result, _ = chat(target, saved.next_turn)
     assert result.text == fresh_answer
 
@@ -288,7 +288,7 @@ def test_state_file_llama_cpp_refuses_clears_the_kv_cache(
             saved.cache.base_for(3), model_sha256=saved.cache.model_digest(MODEL_PATH)
         )
     assert len(native_loads) == 1
-    assert target.n_kv_tokens == 0
+    assert target.n_cached_tokens == 0
     result, prefill = chat(target, saved.next_turn)
     assert prefill.n_evaluated == prefill.n_prompt_tokens
     assert result.text == fresh_answer

@@ -448,11 +448,6 @@ class LlamaEngine:
             return 0
         return int(llama_cpp.llama_state_get_size(self._llm._ctx.ctx))
 
-    @property
-    def n_kv_tokens(self) -> int:
-        """Tokens in the KV cache now (what a snapshot would hold)."""
-        return int(self._llm.n_tokens) if self._llm is not None else 0
-
     def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
         """Write the context state to ``<base>.llama-state`` and ``<base>.json``.
 
