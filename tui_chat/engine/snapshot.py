@@ -50,7 +50,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,8 +334,3 @@ def reusable_tokens(header: SnapshotHeader, prompt_text: str) -> int:
     holds, by the splice's longest mark (0 if none matches)."""
     _, n_tokens = header.splice.longest_mark(prompt_text)
     return min(n_tokens, header.n_kv_tokens)
-
-
-def tokens_match(a: Sequence[int], b: Sequence[int]) -> bool:
-    """True when two token sequences are equal (a helper for clarity at call sites)."""
-    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
