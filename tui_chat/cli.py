@@ -340,6 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tui_chat.tracing.report import trace_report_main
 
         return trace_report_main(argv[1:])
+    if argv and argv[0] == "cache":
+        from tui_chat.kvcache import cache_main
+
+        return cache_main(argv[1:])
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)
