@@ -341,9 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return trace_report_main(argv[1:])
     if argv and argv[0] == "cache":
-        from tui_chat.kvcache import cache_main
+        from tui_chat.kvcache import SnapshotCache, cache_main
 
-        return cache_main(argv[1:])
+        return cache_main(argv[1:], SnapshotCache(limit_bytes=Config().kv_cache_limit_bytes))
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)

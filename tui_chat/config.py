@@ -34,6 +34,9 @@ class Config:
         api_model: the server's model to use; None = the first it lists.
         api_timeout_s: longest wait for the server's next token, in seconds (the wait
             for the first includes the server's prefill).
+        kv_cache_limit_mb: most disk the KV snapshots of saved chats may take, in MiB
+            (least recently used snapshots go first; 0 keeps none). Config key
+            ``kv_cache_limit_mb``; see :mod:`tui_chat.kvcache`.
     """
 
     model: Path | None = None
@@ -52,6 +55,12 @@ class Config:
     api_key: str | None = field(default=None, repr=False)
     api_model: str | None = None
     api_timeout_s: float = 60.0
+    kv_cache_limit_mb: int = 2048
+
+    @property
+    def kv_cache_limit_bytes(self) -> int:
+        """:attr:`kv_cache_limit_mb` in bytes."""
+        return self.kv_cache_limit_mb * 1024 * 1024
 
 
 API_KEY_VARIABLES = ("TUI_CHAT_API_KEY", "OPENAI_API_KEY")

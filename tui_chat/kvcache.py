@@ -28,16 +28,18 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.snapshot import (
     HEADER_SUFFIX,
     STATE_SUFFIX,
+    NothingToSave,
     SnapshotError,
     SnapshotInfo,
     snapshot_files,
@@ -53,12 +55,17 @@ up, and LRU eviction keeps the chats in use."""
 DIGESTS_FILE = "model-digests.json"
 """Model content hashes, remembered by path, size, mtime and inode."""
 PREFIX = "conv-"
+NO_SNAPSHOT = "no snapshot"
+""":attr:`RestoreOutcome.reason` when the conversation has no snapshot (not a failure)."""
 STALE_TEMP_S = 600.0
 """A temporary file older than this is left over from a crash, not a save in progress."""
 
 
+@runtime_checkable
 class SnapshotEngine(Protocol):
-    """What the cache needs from an engine (:class:`~tui_chat.engine.llama.LlamaEngine`)."""
+    """What the cache needs from an engine (:class:`~tui_chat.engine.llama.LlamaEngine`;
+    ``isinstance`` tells an engine that can keep snapshots from one that cannot, such as
+    the remote engine)."""
 
     @property
     def model_path(self) -> Path:
@@ -70,7 +77,8 @@ class SnapshotEngine(Protocol):
         ...
 
     def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
-        """Write ``<base>.*``; raises SnapshotError."""
+        """Write ``<base>.*``; raises SnapshotError (NothingToSave: the KV cache is
+        empty)."""
         ...
 
     def load_snapshot(
@@ -106,7 +114,8 @@ class SaveOutcome:
 
     Attributes:
         info: what was written, or None.
-        reason: why nothing was written, or None.
+        reason: why nothing was written; None when written, or when the KV cache was
+            empty (nothing to save, not a failure).
         n_evicted: snapshots removed to stay under the limit.
     """
 
@@ -165,6 +174,9 @@ class SnapshotCache:
         self.root = root
         self.limit_bytes = limit_bytes
         self._digests: dict[str, dict[str, Any]] | None = None
+        # Hashing may run on a thread of its own while the model loads (see
+        # ChatSession); a second caller waits for it instead of hashing again.
+        self._digest_lock = threading.Lock()
 
     def base_for(self, conversation_id: int) -> Path:
         """The snapshot base path of a conversation (``<root>/conv-<id>``)."""
@@ -188,11 +200,15 @@ class SnapshotCache:
 
         Remembered in ``<root>/model-digests.json`` by resolved path, size, mtime and
         inode, so a restart does not hash again (0.17 s for the 253 MB bundled model
-        here; seconds for a 7B model).
+        here; seconds for a 7B model). Thread-safe: one hash at a time.
 
         Raises:
             OSError: the model file cannot be read.
         """
+        with self._digest_lock:
+            return self._model_digest(model_path)
+
+    def _model_digest(self, model_path: Path) -> str:
         path = Path(model_path).resolve()
         st = path.stat()
         stamp = {"size_bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
@@ -246,6 +262,8 @@ class SnapshotCache:
         n_evicted = len(self.evict(reserve_bytes=estimate, replacing=base))
         try:
             info = engine.save_snapshot(base, model_sha256=digest)
+        except NothingToSave:
+            return SaveOutcome(None, None, n_evicted)
         except SnapshotError as exc:
             return SaveOutcome(None, str(exc), n_evicted)
         evicted = self.evict(keep=base)
@@ -269,7 +287,7 @@ class SnapshotCache:
         base = self.base_for(conversation_id)
         header, _ = snapshot_files(base)
         if not header.exists():
-            return RestoreOutcome(None, "no snapshot")
+            return RestoreOutcome(None, NO_SNAPSHOT)
         try:
             digest = self.model_digest(engine.model_path)
         except OSError as exc:

@@ -61,6 +61,7 @@ from tui_chat.engine.modelfile import (
 from tui_chat.engine.prompt import Prompt, normalize, tokenize_parts
 from tui_chat.engine.snapshot import (
     Fingerprint,
+    NothingToSave,
     SnapshotError,
     SnapshotHeader,
     SnapshotInfo,
@@ -612,7 +613,8 @@ class LlamaEngine:
             What was written.
 
         Raises:
-            SnapshotError: nothing in the KV cache, or llama.cpp or the disk failed.
+            NothingToSave: the KV cache is empty.
+            SnapshotError: llama.cpp or the disk failed.
             RuntimeError: called while another thread is inside the engine.
         """
         import llama_cpp
@@ -621,7 +623,7 @@ class LlamaEngine:
             t0 = time.perf_counter()
             n = int(llm.n_tokens)
             if n == 0:
-                raise SnapshotError("nothing in the KV cache to save")
+                raise NothingToSave("nothing in the KV cache to save")
             kv = [int(t) for t in llm.input_ids[:n]]
             splice = self._splice.aligned_with(kv)
             header_path, state_path = snapshot_files(base)

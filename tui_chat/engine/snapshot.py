@@ -93,6 +93,10 @@ class SnapshotError(Exception):
     """A snapshot could not be written or read; the message says why (one line)."""
 
 
+class NothingToSave(SnapshotError):
+    """The KV cache is empty: there is no snapshot to write (not a failure)."""
+
+
 class SnapshotRejected(SnapshotError):
     """A snapshot is not valid for this engine (or not a snapshot at all); prefill
     instead. Raised before any native call, except when llama.cpp itself refuses the

@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
+from tui_chat.kvcache import SnapshotCache
 from tui_chat.sanitize import sanitize
 from tui_chat.session import (
     ChatSession,
@@ -102,6 +103,7 @@ class ChatApp(App[int]):
             history=history,
             resume=config.resume,
             trace=trace,
+            kv_cache=SnapshotCache(limit_bytes=config.kv_cache_limit_bytes),
         )
         self.load_error: str | None = None
         self.last_reply: ReplyFinished | None = None
@@ -146,6 +148,8 @@ class ChatApp(App[int]):
         event = message.event
         if not self._status.is_attached:
             return  # the app is closing: the engine thread finishing a cancelled reply
+        if self._status.track(event):  # prefill progress, a KV snapshot restored
+            self._update_status()
         if isinstance(event, FirstText):
             await self._paint_tick()
         elif isinstance(event, ReplyStarted):
@@ -265,7 +269,13 @@ class ChatApp(App[int]):
         info = session.model_info
         name = info.name if info else Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
-            self._status.show(session.state, session.live_stats(), info, name)
+            self._status.show(
+                session.state,
+                session.live_stats(),
+                info,
+                name,
+                conversation_id=session.conversation_id,
+            )
 
     # ---------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

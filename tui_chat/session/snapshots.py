@@ -1,0 +1,112 @@
+"""The session's side of KV snapshots (issue 13): restore when a chat opens, save after
+a reply, and say so in events.
+
+:class:`SessionSnapshots` wraps a :class:`~tui_chat.kvcache.SnapshotCache` for one
+:class:`~tui_chat.session.ChatSession`. Its :meth:`~SessionSnapshots.restore` and
+:meth:`~SessionSnapshots.save` run on the session's engine thread (they call the engine
+and do disk I/O); nothing here ever raises into the session: a snapshot that cannot be
+used or written is at most a notice, and the chat is read again as usual.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from tui_chat.engine.base import ChatMessage, Engine
+from tui_chat.kvcache import NO_SNAPSHOT, SnapshotCache, SnapshotEngine
+from tui_chat.session.events import Listener, Notice, SnapshotRestored, SnapshotSaved
+
+
+class SessionSnapshots:
+    """KV snapshots of one session's conversations.
+
+    Args:
+        cache: the snapshot folder, or None for none (no history: conversations have
+            no ids to name snapshots by).
+        engine: the session's engine; an engine that cannot keep snapshots (a remote
+            server's, the fake one) turns this off.
+        emit: the session's listener.
+    """
+
+    def __init__(self, cache: SnapshotCache | None, engine: Engine, emit: Listener) -> None:
+        self._cache = cache
+        self._engine = engine if isinstance(engine, SnapshotEngine) else None
+        self._emit = emit
+        self._warned = False
+
+    @property
+    def enabled(self) -> bool:
+        """True when snapshots are kept (a cache with a limit above 0, an engine that
+        can write them)."""
+        return self._cache is not None and self._engine is not None and self._cache.limit_bytes > 0
+
+    def hash_model_soon(self) -> None:
+        """Hash the model file on a thread of its own (once per file version: seconds for
+        a large model), so the first save or restore need not wait for it."""
+        cache, engine = self._cache, self._engine
+        if not self.enabled or cache is None or engine is None:
+            return
+
+        def run() -> None:
+            try:
+                cache.model_digest(engine.model_path)
+            except OSError:
+                pass  # the save or restore says why
+
+        threading.Thread(target=run, name="tui-chat-model-hash", daemon=True).start()
+
+    def restore(self, conversation_id: int, messages: Sequence[ChatMessage]) -> None:
+        """Engine thread: load the conversation's snapshot when it is valid here.
+
+        ``messages`` are what the model will be sent before the next user message (the
+        conversation as it stands); a snapshot holding no prefix of them is refused.
+        Emits :class:`SnapshotRestored`, or a :class:`Notice` saying why a snapshot
+        that exists was not used.
+        """
+        cache, engine = self._cache, self._engine
+        if not self.enabled or cache is None or engine is None:
+            return
+        try:
+            outcome = cache.restore(engine, conversation_id, messages)
+        except Exception as exc:  # a bug must not stop the chat: it is read again
+            self._emit(Notice(f"The saved KV cache could not be used: {exc!r}", "warning"))
+            return
+        info = outcome.info
+        if info is not None:
+            self._emit(SnapshotRestored(conversation_id, info.n_tokens, info.size_bytes, info.ms))
+        elif outcome.reason != NO_SNAPSHOT:
+            self._emit(
+                Notice(
+                    f"Saved KV cache not used ({outcome.reason}): the chat is read again.",
+                    "information",
+                )
+            )
+
+    def save(self, conversation_id: int) -> None:
+        """Engine thread: write the KV cache as the conversation's snapshot.
+
+        Emits :class:`SnapshotSaved`; the first failure of a session is a warning
+        notice, later ones are silent (the next reply tries again).
+        """
+        cache, engine = self._cache, self._engine
+        if not self.enabled or cache is None or engine is None:
+            return
+        try:
+            outcome = cache.save(engine, conversation_id)
+        except Exception as exc:  # a bug must not stop the chat
+            reason: str | None = repr(exc)
+        else:
+            info = outcome.info
+            if info is not None:
+                self._emit(SnapshotSaved(conversation_id, info.n_tokens, info.size_bytes, info.ms))
+                return
+            reason = outcome.reason
+        if reason is not None and not self._warned:
+            self._warned = True
+            self._emit(
+                Notice(
+                    f"KV cache not saved ({reason}): a reopened chat will be read again.",
+                    "warning",
+                )
+            )
