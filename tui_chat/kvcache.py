@@ -15,7 +15,7 @@ A restore never changes what the model answers, only how much it reads again: th
 engine's prefix rule compares the restored tokens with the new prompt's tokens, so
 even a snapshot of another conversation (ids are per history database) is used only
 as far as it matches. The files sit in ``$XDG_CACHE_HOME/tui-chat/kv`` (folder created
-on the first save, mode 0700: snapshots hold the chat's text and tokens).
+on the first save or model hash, mode 0700: snapshots hold the chat's text and tokens).
 
 Several tui-chat processes may share the folder: every file is replaced atomically and
 every read is checked, so the worst case is a snapshot rejected and a normal prefill.
