@@ -5,7 +5,8 @@ Each group of scenarios runs in its own Python process (``python -m bench --grou
 so that one group's memory, threads and caches cannot colour another's numbers (the
 RSS ratio above all). Groups: ``real`` and ``resume`` (the bundled GGUF), ``fast``,
 ``keys``, ``locked``, ``long``, ``rss`` and ``naive`` (the fake engine), ``remote`` (the
-bundled GGUF behind llama-cpp-python's server on loopback). A failed group leaves its keys
+bundled GGUF behind llama-cpp-python's server on loopback), ``models`` (the model picker
+and a switch between the two bundled models). A failed group leaves its keys
 ``null`` and the run goes on; the exit status is then 1.
 
 See the README's "Benchmark and traces" section for how to read the
@@ -30,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
-GROUPS = ("real", "resume", "fast", "keys", "locked", "long", "rss", "naive", "remote")
+GROUPS = ("real", "resume", "fast", "keys", "locked", "long", "rss", "naive", "remote", "models")
 GROUP_TIMEOUT_S = 420
 NAIVE_TIME_LIMIT_S = 5.0
 """The naive pattern cannot keep up with 2000 tokens/s; each run stops after this long."""
@@ -82,6 +83,8 @@ GOALS = [
     Goal("naive_loop_lag_p99_ms", "", _fixed(math.nan), "reported beside ours"),
     Goal("remote_throughput_ratio", ">=", _fixed(0.97), ">= 0.97"),
     Goal("remote_cancel_ms", "", _fixed(math.nan), "reported (see details)"),
+    Goal("switch_loop_lag_p99_ms", "<=", _fixed(16), "<= 16"),
+    Goal("model_switch_ms", "", _fixed(math.nan), "reported"),
 ]
 
 
@@ -121,6 +124,10 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         if not model.exists():
             raise RuntimeError(f"the bundled model is not at {model}: run 'make models'")
         return resume_runs.resume_group(model, rounds=1 if quick else 3)
+    if group == "models":
+        from bench import model_runs
+
+        return await model_runs.models_group(1 if quick else 3)
     if group == "fast":
         return await fake_runs.fast_group(1 if quick else 3, interval)
     if group == "keys":

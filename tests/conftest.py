@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,9 @@ def _isolated_dirs(
         ("XDG_CACHE_HOME", "cache"),
     ):
         monkeypatch.setenv(var, str(home / sub))
+    # Settings from the developer's environment (TUI_CHAT_N_CTX...) stay out of tests.
+    for var in [v for v in os.environ if v.startswith("TUI_CHAT_")]:
+        monkeypatch.delenv(var)
 
 
 def need_model(path: Path) -> Path:

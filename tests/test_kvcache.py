@@ -17,7 +17,7 @@ from tui_chat.cli import main
 from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.snapshot import SnapshotInfo, SnapshotRejected, snapshot_files
 from tui_chat.kvcache import DIGESTS_FILE, SnapshotCache
-from tui_chat.paths import kv_cache_dir
+from tui_chat.paths import default_config_path, kv_cache_dir
 
 MB = 1024 * 1024
 
@@ -208,3 +208,14 @@ def test_cli_cache_shows_and_clears(model: Path, capsys: pytest.CaptureFixture[s
     assert "removed 2 snapshots (6.0 MiB)" in capsys.readouterr().out
     assert list(kv_cache_dir().iterdir()) == []
     assert main(["cache", "--bogus"]) == 2
+
+
+def test_cli_cache_reads_the_limit_from_the_config_file(capsys: pytest.CaptureFixture[str]) -> None:
+    path = default_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("kv_cache_limit_mb = 300\n")
+    assert main(["cache"]) == 0
+    assert "(limit 300.0 MiB)" in capsys.readouterr().out
+    path.write_text("kv_cache_limit_mb = -1\n")
+    assert main(["cache"]) == 2
+    assert "kv_cache_limit_mb" in capsys.readouterr().err

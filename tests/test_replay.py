@@ -111,7 +111,9 @@ def test_bad_replay_file_is_a_clear_start_up_error(
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"t": 0, "event": "token", "bytes": "zz"}\n')
     assert main(["--replay", str(bad), "-p", "hi"]) == 2
-    assert "not hex" in capsys.readouterr().err
+    assert "bad.jsonl:1: field 'bytes' of a 'token' event must be a hex string" in (
+        capsys.readouterr().err
+    )
     assert main(["--replay", str(tmp_path / "missing.jsonl"), "-p", "hi"]) == 2
     with pytest.raises(EngineError):
         # Reading a missing file through the CLI helper gives the same clear error.

@@ -35,6 +35,7 @@ from tui_chat.engine.snapshot import (
 from tui_chat.kvcache import DEFAULT_LIMIT_BYTES, SnapshotCache
 from tui_chat.session import (
     ChatSession,
+    ModelLoaded,
     Notice,
     PrefillFinished,
     PrefillProgressed,
@@ -294,6 +295,32 @@ def test_no_save_while_a_message_waits(
     events.wait(ReplyFinished)
     events.wait(SnapshotSaved)
     assert engine.log == ["generate", "generate", f"save conv-{session.conversation_id}"]
+
+
+def test_after_a_model_switch_the_new_engine_keeps_the_snapshots(
+    session_factory: SessionFactory,  # noqa: F811
+    model: Path,
+    cache: SnapshotCache,
+    tmp_path: Path,
+) -> None:
+    old, events = SnapshotFake(model), Events()
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + bytes(range(255, -1, -1)) * 8)
+    new = SnapshotFake(other)
+    session = session_factory(old, events, history=tmp_path / "h.db", kv_cache=cache)
+    session.submit("one")
+    first = events.wait(SnapshotSaved)
+    session.switch_engine(lambda: new, "other")
+    events.wait(ModelLoaded)  # the new model (the first one's was seen before the save)
+    session.submit("two")
+    second = events.wait(SnapshotSaved)
+    assert isinstance(first, SnapshotSaved) and isinstance(second, SnapshotSaved)
+    assert first.conversation_id == second.conversation_id
+    assert old.log == ["generate", f"save conv-{first.conversation_id}"]
+    assert new.log == ["generate", f"save conv-{first.conversation_id}"]
+    # The snapshot is the new model's now: its hash, not the old one's, is in it.
+    header, _ = snapshot_files(cache.base_for(first.conversation_id))
+    assert header.read_text().split()[0] == cache.model_digest(other)
 
 
 @pytest.mark.parametrize("with_history", [False, True])

@@ -15,28 +15,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui_chat.config import Config, api_key_from_env
+from tui_chat.config import FLAG_KEYS, Config, ConfigError, format_config, load_config
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
-from tui_chat.output import say, silence_output
+from tui_chat.output import ArgumentParser, UsageError, say, silence_output
 from tui_chat.paths import (
     DEFAULT_MODEL_SYSTEM_PROMPT,
+    default_config_path,
     default_model_path,
     history_path,
     native_log_path,
 )
+from tui_chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from tui_chat.ui.app import ChatApp
 
 
-class UsageError(Exception):
-    """Bad start-up input; the message is one line, the exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
+class SettingsError(UsageError):
+    """A setting from the config file, the environment or a flag is not allowed; the
+    message names the key, where it came from and what is allowed."""
 
 
 # The type functions turn every bad value into ArgumentTypeError: for a ValueError,
@@ -73,22 +71,31 @@ def _unit_float(text: str) -> float:
     return value
 
 
+_UNSET = argparse.SUPPRESS
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; ``--help`` names the native log file."""
+    """The argument parser; ``--help`` names the native log file.
+
+    The flags that set a config key have no default (``_UNSET``): a flag that is not
+    given is absent from the result, so the config file and the environment decide
+    that setting (:func:`tui_chat.config.load_config`).
+    """
     defaults = SamplingParams()
-    p = _Parser(
+    p = ArgumentParser(
         prog="tui-chat",
         description="Chat with a local GGUF model in the terminal (llama.cpp inside).",
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
-            f"{native_log_path()}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
-            "Ctrl+L new chat, Ctrl+Q quit."
+            f"{sanitize(str(native_log_path()))}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
+            "Ctrl+L new chat, F2 settings, F3 models, Ctrl+Q quit."
         ),
     )
     p.add_argument(
         "-m",
         "--model",
         type=Path,
+        default=_UNSET,
         help="GGUF model file (default: the bundled SmolLM2 135M Instruct in models/)",
     )
     p.add_argument(
@@ -97,54 +104,76 @@ def build_parser() -> argparse.ArgumentParser:
         help="headless: print the reply to PROMPT on stdout and "
         "exit (also when a prompt arrives on stdin that is not a terminal)",
     )
-    p.add_argument("--system", dest="system_prompt", help="system prompt")
     p.add_argument(
-        "--n-ctx", type=_positive_int, default=4096, help="context window in tokens (default 4096)"
+        "--raw",
+        action="store_true",
+        help="headless: write the model's text to stdout exactly as it came, escape "
+        "sequences included (default: control characters are made visible, as on screen)",
+    )
+    p.add_argument("--system", dest="system_prompt", default=_UNSET, help="system prompt")
+    p.add_argument(
+        "--n-ctx",
+        type=_positive_int,
+        default=_UNSET,
+        help="context window in tokens (default 4096)",
     )
     p.add_argument(
         "--n-gpu-layers",
         type=int,
-        default=0,
+        default=_UNSET,
         help="layers to offload to the "
         "GPU; -1 = all (needs a CUDA build: make run CUDA=1). Default 0",
     )
     p.add_argument(
         "--threads",
         type=_positive_int,
-        default=None,
+        default=_UNSET,
         help="CPU threads for decoding (default: half the cores)",
     )
     p.add_argument(
         "--n-batch",
         type=_positive_int,
-        default=256,
+        default=_UNSET,
         help="prompt tokens per "
         "batch; Esc during a prefill is honoured within one batch (default 256)",
     )
     p.add_argument(
         "--chat-format",
-        default=None,
+        default=_UNSET,
         help="chat template: gemma, chatml, "
         "llama3, phi3, plain or jinja (default: the GGUF's template, else by "
         "architecture)",
     )
-    p.add_argument("--max-tokens", type=_positive_int, default=defaults.max_tokens)
-    p.add_argument("--temperature", type=_non_negative_float, default=defaults.temperature)
-    p.add_argument("--top-p", type=_unit_float, default=defaults.top_p)
-    p.add_argument("--top-k", type=int, default=defaults.top_k)
-    p.add_argument("--min-p", type=_unit_float, default=defaults.min_p)
-    p.add_argument("--repeat-penalty", type=_non_negative_float, default=defaults.repeat_penalty)
-    p.add_argument("--seed", type=int, default=defaults.seed, help="-1 = random")
+    p.add_argument(
+        "--max-tokens", type=_positive_int, default=_UNSET, help=f"default {defaults.max_tokens}"
+    )
+    p.add_argument(
+        "--temperature",
+        type=_non_negative_float,
+        default=_UNSET,
+        help=f"default {defaults.temperature}",
+    )
+    p.add_argument("--top-p", type=_unit_float, default=_UNSET, help=f"default {defaults.top_p}")
+    p.add_argument("--top-k", type=int, default=_UNSET, help=f"default {defaults.top_k}")
+    p.add_argument("--min-p", type=_unit_float, default=_UNSET, help=f"default {defaults.min_p}")
+    p.add_argument(
+        "--repeat-penalty",
+        type=_non_negative_float,
+        default=_UNSET,
+        help=f"default {defaults.repeat_penalty}",
+    )
+    p.add_argument("--seed", type=int, default=_UNSET, help="-1 = random (the default)")
     p.add_argument("--resume", action="store_true", help="reopen the newest saved conversation")
     p.add_argument(
         "--no-history",
         action="store_true",
-        help=f"do not save this chat (saved chats live in {history_path()})",
+        default=_UNSET,
+        help=f"do not save this chat (saved chats live in {sanitize(str(history_path()))})",
     )
     p.add_argument(
         "--render-interval-ms",
         type=_positive_int,
-        default=80,
+        default=_UNSET,
         help="paint the streaming reply every N ms (default 80)",
     )
     p.add_argument(
@@ -173,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--api-base",
         metavar="URL",
+        default=_UNSET,
         help="chat with a model on an OpenAI-compatible server instead of the embedded "
         "llama.cpp: its API root, e.g. http://127.0.0.1:8080/v1 (llama.cpp's llama-server, "
         "vLLM, Ollama, llama_cpp.server)",
@@ -186,54 +216,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--api-model",
         metavar="NAME",
+        default=_UNSET,
         help="model name on the server (default: the first one it lists)",
     )
     p.add_argument(
         "--api-timeout",
         type=_non_negative_float,
-        default=60.0,
         metavar="S",
+        default=_UNSET,
         help="give a reply up when the server sends no text for S seconds (default 60; the "
         "first token waits for the server's prefill)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"read settings from FILE instead of {default_config_path()} (a TOML file: "
+        "every flag above has a key there; flags win over it)",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the settings this run would use (TOML) and where each came from, then exit",
     )
     return p
 
 
+_SETTING_DESTS = {
+    {"--system": "system_prompt"}.get(flag, flag[2:].replace("-", "_")): key
+    for flag, key in FLAG_KEYS.items()
+}
+"""argparse destination -> config key, for the flags that set a config key."""
+
+
 def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
-    """Flags -> (Config, headless prompt or None). Raises :class:`UsageError`."""
+    """Flags, environment and config file -> (Config, headless prompt or None).
+
+    Raises:
+        UsageError: a bad flag; :class:`SettingsError` for a setting that is not
+            allowed (from the config file, the environment or a flag).
+    """
     args = build_parser().parse_args(list(argv))
-    if args.api_base is not None and args.model is not None:
-        raise UsageError(
-            "--model and --api-base exclude each other: the server loads the model "
-            "(choose among its models with --api-model)"
-        )
-    sampling = SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-    )
-    config = Config(
-        model=args.model,
-        n_ctx=args.n_ctx,
-        n_gpu_layers=args.n_gpu_layers,
-        threads=args.threads,
-        n_batch=args.n_batch,
-        chat_format=args.chat_format,
-        system_prompt=args.system_prompt,
-        sampling=sampling,
-        render_interval_ms=args.render_interval_ms,
-        trace=args.trace,
-        history=not args.no_history,
-        resume=args.resume,
-        api_base=args.api_base,
-        api_key=args.api_key or api_key_from_env(),
-        api_model=args.api_model,
-        api_timeout_s=args.api_timeout,
-    )
+    given = vars(args)
+    flags = {key: given[dest] for dest, key in _SETTING_DESTS.items() if dest in given}
+    if "history" in flags:  # --no-history
+        flags["history"] = False
+    try:
+        config = load_config(flags, config_file=args.config, api_key=args.api_key)
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from exc
+    config.trace = args.trace
+    config.resume = args.resume
+    config.raw = args.raw
     return config, args.prompt
 
 
@@ -343,13 +377,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "cache":
         from tui_chat.kvcache import SnapshotCache, cache_main
 
-        return cache_main(argv[1:], SnapshotCache(limit_bytes=Config().kv_cache_limit_bytes))
+        try:
+            limit_bytes = load_config().kv_cache_limit_bytes  # config file, environment
+        except ConfigError as exc:
+            say(str(exc))
+            return 2
+        return cache_main(argv[1:], SnapshotCache(limit_bytes=limit_bytes))
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)
+    except SettingsError as exc:
+        say(str(exc))
+        return 2
     except UsageError as exc:
         say(f"{exc} (see tui-chat --help)")
         return 2
+    if build_parser().parse_args(argv).print_config:
+        return _print_config(config)
     if replay_path is not None:
         config.history = False  # a replay reproduces a session; it is not a new chat
     try:
@@ -391,6 +435,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if tracer is not None:
             tracer.close()
+
+
+def _print_config(config: Config) -> int:
+    """``--print-config``: the merged settings on stdout (a quiet exit when its reader
+    has gone, as for ``-p``: replay case C28)."""
+    try:
+        sys.stdout.write(format_config(config))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_output(1)
+        return 128 + signal.SIGPIPE
+    return 0
 
 
 def _replay_options(argv: Sequence[str]) -> tuple[Path | None, float]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import queue
 import signal
-import sys
 
 from tui_chat.config import Config
 from tui_chat.engine.base import Engine
 from tui_chat.engine.stream import TraceFn
-from tui_chat.output import say, silence_output
-from tui_chat.sanitize import sanitize
+from tui_chat.output import EXIT_BROKEN_PIPE, OutputClosed, say, write_out
 from tui_chat.session import (
     ChatSession,
     ModelLoadFailed,
@@ -25,25 +23,10 @@ from tui_chat.session import (
     SessionEvent,
 )
 
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
-"""Exit status when the reader of stdout went away (``| head``): the status a shell
-reports for ``cat`` in the same place (replay case C28)."""
-
-
-class _BrokenPipe(Exception):
-    """stdout's reader is gone."""
-
-
-def _write(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError as exc:
-        raise _BrokenPipe from exc
-
 
 def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | None = None) -> int:
-    """Stream one reply to ``prompt`` to stdout as plain, sanitized text.
+    """Stream one reply to ``prompt`` to stdout as plain, sanitized text (``--raw``:
+    the model's text as it came).
 
     Returns the exit status: 0 done (an empty reply prints nothing and says so on
     stderr, replay case C29); 1 the reply failed; 2 the model did not load; 130 Ctrl+C;
@@ -70,13 +53,25 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
     session.start()
     session.submit(prompt)
     reply_id: int | None = None
+    # Leading whitespace waits for the first visible character: a reply that turns out
+    # empty prints nothing at all (C29).
+    leading: str | None = ""
+
+    def emit(text: str) -> None:
+        nonlocal leading
+        if leading is not None and not (leading + text).strip():
+            leading += text
+            return
+        write_out((leading or "") + text, raw=config.raw)
+        leading = None
+
     try:
         while True:
             if reply_id is not None:
                 session.wait_for_text(0.02)
                 batch = session.drain(reply_id)
                 if batch is not None:
-                    _write(sanitize(batch.text))
+                    emit(batch.text)
             try:
                 event = events.get(timeout=0 if reply_id is not None else 0.02)
             except queue.Empty:
@@ -93,18 +88,17 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
             elif isinstance(event, ReplyFinished):
                 batch = session.drain(event.reply_id)
                 if batch is not None:
-                    _write(sanitize(batch.text))
-                if event.empty:
+                    emit(batch.text)
+                if not event.empty:
+                    write_out("\n")
+                elif event.reason in ("stop", "length"):
                     say("the model gave an empty reply")
-                else:
-                    _write("\n")
                 if event.reason == "error":
                     say(event.error or "generation failed")
                     return 1
                 return 130 if event.reason == "cancelled" else 0
-    except _BrokenPipe:
+    except OutputClosed:
         session.cancel()
-        silence_output(1)
         return EXIT_BROKEN_PIPE
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -1,25 +1,64 @@
-"""Lines this program writes outside the TUI (stderr, stdout in headless mode).
+"""What this program writes outside the TUI: stderr lines, stdout text, argument errors.
 
-Every line here may quote text we did not write (a path, a GGUF field, a server's
-message, an exception that quotes either), so it goes through
-:func:`~tui_chat.sanitize.sanitize` first: nothing but our own bytes drive the terminal.
+Every line here may quote text we did not write (a path, a GGUF field, a trace, a
+server's message, an exception that quotes either), so it goes through
+:func:`~tui_chat.sanitize.sanitize` first: nothing but our own bytes drive the terminal
+(issue 8). The safe way is the only way offered: :func:`say` for a line on stderr,
+:func:`write_out` for text on stdout, :class:`ArgumentParser` for the command line.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import signal
 import sys
 
 from tui_chat.sanitize import sanitize
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""Exit status when stdout's reader went away (``| head``): what a shell reports for
+``cat`` in the same place (replay case C28)."""
+
+
+class UsageError(Exception):
+    """Bad start-up input; the message is one line, the exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of printing: argparse quotes
+    the offending argument raw, and an argument may hold escape sequences."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+class OutputClosed(Exception):
+    """stdout's reader is gone (a closed pipe); exit with :data:`EXIT_BROKEN_PIPE`."""
+
 
 def say(text: str) -> None:
-    """One line to stderr, sanitized (it may quote a path, a GGUF field or a server's
-    message); silently nothing if stderr is closed (case C12)."""
+    """One line to stderr, sanitized; silently nothing if stderr is closed (case C12)."""
     try:
         print(f"tui-chat: {sanitize(text)}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def write_out(text: str, *, raw: bool = False) -> None:
+    """Write ``text`` to stdout and flush: sanitized, unless ``raw`` (``--raw``: the
+    caller asked for the model's text exactly as it came, escape sequences included).
+
+    Raises:
+        OutputClosed: the reader of stdout went away; fd 1 now points at /dev/null so
+            the interpreter's last flush cannot print a traceback.
+    """
+    try:
+        sys.stdout.write(text if raw else sanitize(text))
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        silence_output(1)
+        raise OutputClosed from exc
 
 
 def silence_output(*fds: int) -> None:

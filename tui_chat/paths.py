@@ -14,6 +14,18 @@ def state_dir() -> Path:
     return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
 
 
+def config_dir() -> Path:
+    """The user's config folder for tui-chat (``$XDG_CONFIG_HOME/tui-chat`` on Linux),
+    where ``config.toml`` lives."""
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+def default_config_path() -> Path:
+    """``config.toml`` in the user's config folder: the config file read when
+    ``--config`` is not given."""
+    return config_dir() / "config.toml"
+
+
 def history_path() -> Path:
     """The SQLite file that holds saved conversations."""
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "history.db"

@@ -10,12 +10,19 @@ Schema version 2 (``PRAGMA user_version``)::
 
     conversations(id, created_at, model)
     messages(id, conversation_id, role, content, interrupted, partial, created_at)
+    conversation_settings(conversation_id, json)
 
 ``partial = 1`` marks a reply that was still streaming when it was last saved. A
 reply in flight is saved at least once a second; when the process is killed before
 the reply ends (SIGKILL, power loss), the next start turns such rows into interrupted
 replies (:meth:`Store.recover_partial`). Version 1 files (no ``partial`` column) are
 upgraded in place.
+
+``conversation_settings`` holds a conversation's own system prompt and sampling, as
+JSON (:class:`tui_chat.config.ChatSettings`), once the user has changed them in the
+settings screen. The table is created if missing whatever the version (``CREATE TABLE
+IF NOT EXISTS``): older files gain it without a migration, and the row is checked like
+any other when it is read back.
 
 The file uses WAL journal mode (readers never wait for a writer) and a short busy
 timeout: a lock held by another process makes a call raise ``sqlite3.OperationalError``
@@ -52,6 +59,10 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS conversation_settings (
+    conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    json TEXT NOT NULL
+);
 """
 
 _ROLES = frozenset({"system", "user", "assistant"})
@@ -179,6 +190,9 @@ class Store:
             self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as exc:
             raise HistoryError(f"cannot open the history file {path}: {exc}") from exc
+        # A row written by another program may hold bytes that are not UTF-8; reading
+        # it must not raise (sqlite3's default would, for the whole conversation).
+        self._db.text_factory = lambda data: data.decode("utf-8", "replace")
         try:
             self._setup()
         except BaseException:
@@ -287,6 +301,24 @@ class Store:
                 msg["interrupted"] = True
             out.append(msg)
         return out
+
+    def conversation_settings(self, conversation_id: int) -> str | None:
+        """The saved settings of a conversation (JSON text as written by
+        :meth:`set_conversation_settings`, unchecked), or None."""
+        row = self._db.execute(
+            "SELECT json FROM conversation_settings WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def set_conversation_settings(self, conversation_id: int, settings_json: str) -> None:
+        """Save (or replace) a conversation's settings, as JSON text."""
+        with self._db:
+            self._db.execute(
+                "INSERT INTO conversation_settings (conversation_id, json) VALUES (?, ?)"
+                " ON CONFLICT (conversation_id) DO UPDATE SET json = excluded.json",
+                (conversation_id, settings_json),
+            )
 
     def latest_conversation(self) -> int | None:
         """The id of the newest conversation that has messages, or None."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tui_chat.cli import UsageError, parse_config, run_tui
+from tui_chat.cli import parse_config, run_tui
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.output import UsageError
 
 # Each entry is one token piece (bytes as llama.cpp's token-to-piece gives them).
 C22_PIECES: list[bytes] = [

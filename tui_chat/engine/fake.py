@@ -92,6 +92,10 @@ class FakeEngine:
         self._active = 0
         self.max_concurrency = 0
         self.calls: list[list[ChatMessage]] = []
+        self.call_params: list[SamplingParams] = []
+        """The sampling settings of each ``generate`` call, in order."""
+        self.closed = False
+        """True once :meth:`close` was called (a model switch unloads the old engine)."""
         self.n_yielded = 0
 
     @property
@@ -107,6 +111,7 @@ class FakeEngine:
             time.sleep(self.load_s)
         if self.load_error:
             raise EngineError(self.load_error)
+        self.closed = False
         self._info = ModelInfo(name=self.name, n_ctx=self.n_ctx, chat_format="fake")
         return self._info
 
@@ -131,6 +136,7 @@ class FakeEngine:
             # The list, not copies of the messages: 200 turns would keep 200 copies of
             # a growing conversation (the benchmark's RSS would measure this engine).
             self.calls.append(list(messages))
+            self.call_params.append(params)
             yield from self._play(messages, params, cancel)
         finally:
             with self._lock:
@@ -172,4 +178,4 @@ class FakeEngine:
                 return
 
     def close(self) -> None:
-        pass
+        self.closed = True

@@ -15,12 +15,12 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gguf.constants import GGML_QUANT_SIZES, GGUFValueType
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from tui_chat.engine.base import EngineError
 
@@ -336,19 +336,64 @@ def _tensor_data_bytes(p: Path, size: int) -> int:
 
 
 def _tensor_data_span(buf: mmap.mmap) -> tuple[int, int] | None:
-    """(offset of the tensor data, bytes of tensor data) from a whole GGUF file.
+    """(offset of the tensor data, bytes of tensor data) from a whole GGUF file; None
+    if a tensor type is unknown to the ``gguf`` package (see :func:`_scan`).
+
+    Raises:
+        ValueError, struct.error: the tables are malformed or cut short.
+    """
+    scan = _scan(buf)
+    return None if scan.data_bytes is None else (scan.data_start, scan.data_bytes)
+
+
+_WANTED_STRINGS = (b"general.architecture", b"general.name", b"general.size_label")
+_CHAT_TEMPLATE_KEY = b"tokenizer.chat_template"
+
+
+@dataclass
+class _Scan:
+    """What one walk over a GGUF's key/value and tensor tables found.
+
+    Attributes:
+        data_start: offset of the tensor data in bytes.
+        data_bytes: bytes of tensor data; None if a tensor type is unknown.
+        n_params: elements of all tensors (the parameter count).
+        strings: the :data:`_WANTED_STRINGS` found, raw bytes (at most 4 KiB each).
+        ints: unsigned/signed integer values of the scalar keys, by key.
+        has_chat_template: a non-empty ``tokenizer.chat_template`` is present.
+        bytes_by_type: tensor data bytes per ggml type id (known types only).
+    """
+
+    data_start: int = 0
+    data_bytes: int | None = 0
+    n_params: int = 0
+    strings: dict[bytes, bytes] = dataclasses.field(default_factory=dict)
+    ints: dict[bytes, int] = dataclasses.field(default_factory=dict)
+    has_chat_template: bool = False
+    bytes_by_type: dict[int, int] = dataclasses.field(default_factory=dict)
+
+
+_INT_FORMATS = {
+    _T.UINT8: "<B", _T.INT8: "<b", _T.UINT16: "<H", _T.INT16: "<h", _T.UINT32: "<I",
+    _T.INT32: "<i", _T.UINT64: "<Q", _T.INT64: "<q",
+}  # fmt: skip
+
+
+def _scan(buf: mmap.mmap) -> _Scan:
+    """Walk a whole GGUF file's key/value table and tensor table.
 
     Walks the key/value table (the vocabulary arrays entry by entry) and the tensor
     table as laid out in the GGUF spec (ggml/docs/gguf.md): tensor data starts at the
     first multiple of ``general.alignment`` after the tensor table, and a tensor takes
     ``n_elements / block_size * type_size`` bytes (``gguf.GGML_QUANT_SIZES``). About
-    0.05 s for the bundled model's 262k-token vocabulary. None if a tensor type is
-    unknown to the ``gguf`` package.
+    0.05 s for the bundled Gemma's 262k-token vocabulary, where ``gguf.GGUFReader``
+    takes 13 s (it builds numpy objects for every field).
 
     Raises:
         ValueError, struct.error: the tables are malformed or cut short.
     """
     u = struct.unpack_from
+    found = _Scan()
 
     def skip_str(at: int) -> int:
         (n,) = u("<Q", buf, at)
@@ -356,17 +401,21 @@ def _tensor_data_span(buf: mmap.mmap) -> tuple[int, int] | None:
 
     _magic, _version, n_tensors, n_kv = u("<4sIQQ", buf, 0)
     off = 24
-    alignment = _GGUF_DEFAULT_ALIGNMENT
     for _ in range(n_kv):
         key_end = skip_str(off)
         key = buf[off + 8 : key_end]
         (vtype,) = u("<I", buf, key_end)
         off = key_end + 4
         if vtype == _STRING:
-            off = skip_str(off)
+            end = skip_str(off)
+            if key in _WANTED_STRINGS:
+                found.strings[key] = buf[off + 8 : min(end, off + 8 + 4096)]
+            elif key == _CHAT_TEMPLATE_KEY:
+                found.has_chat_template = end > off + 8
+            off = end
         elif vtype in _SCALAR_SIZES:
-            if key == b"general.alignment" and vtype == _T.UINT32:
-                (alignment,) = u("<I", buf, off)
+            if vtype in _INT_FORMATS:
+                (found.ints[key],) = u(_INT_FORMATS[vtype], buf, off)
             off += _SCALAR_SIZES[vtype]
         elif vtype == _ARRAY:
             etype, count = u("<IQ", buf, off)
@@ -377,9 +426,10 @@ def _tensor_data_span(buf: mmap.mmap) -> tuple[int, int] | None:
             elif etype in _SCALAR_SIZES:
                 off += _SCALAR_SIZES[etype] * count
             else:
-                raise ValueError(f"array of value type {etype} for key {key!r}")
+                raise ValueError(f"array of value type {etype} for key {key[:64]!r}")
         else:
-            raise ValueError(f"unknown value type {vtype} for key {key!r}")
+            raise ValueError(f"unknown value type {vtype} for key {key[:64]!r}")
+    alignment = found.ints.get(b"general.alignment", _GGUF_DEFAULT_ALIGNMENT)
     data_bytes = 0
     for _ in range(n_tensors):
         off = skip_str(off)
@@ -387,13 +437,181 @@ def _tensor_data_span(buf: mmap.mmap) -> tuple[int, int] | None:
         dims = u(f"<{n_dims}Q", buf, off + 4)
         ttype, t_offset = u("<IQ", buf, off + 4 + 8 * n_dims)
         off += 4 + 8 * n_dims + 12
-        if ttype not in GGML_QUANT_SIZES:
-            return None
-        block_size, type_size = GGML_QUANT_SIZES[ttype]
         n_elements = 1
         for d in dims:
             n_elements *= d
-        data_bytes = max(data_bytes, t_offset + n_elements // block_size * type_size)
+        found.n_params += n_elements
+        if ttype not in GGML_QUANT_SIZES:
+            found.data_bytes = None
+            continue
+        block_size, type_size = GGML_QUANT_SIZES[ttype]
+        n_bytes = n_elements // block_size * type_size
+        found.bytes_by_type[ttype] = found.bytes_by_type.get(ttype, 0) + n_bytes
+        data_bytes = max(data_bytes, t_offset + n_bytes)
     if alignment <= 0:
         raise ValueError(f"general.alignment is {alignment}")
-    return -(-off // alignment) * alignment, data_bytes
+    found.data_start = -(-off // alignment) * alignment
+    if found.data_bytes is not None:
+        found.data_bytes = data_bytes
+    return found
+
+
+@dataclass(frozen=True)
+class ModelFileInfo:
+    """What the model picker shows about a file, read from its header (no weights).
+
+    Strings come from the file: they are checked (the architecture as in
+    :func:`check_model_file`, the others cut to :data:`MAX_NAME_CHARS`) but not made
+    safe for display; show them through the sanitiser.
+
+    Attributes:
+        path: the file.
+        size_bytes: its size in bytes.
+        architecture: ``general.architecture`` ("" when unknown).
+        name: ``general.name``, else the file stem.
+        n_params: parameters (elements of all tensors); 0 when unknown.
+        quantisation: ``general.file_type`` as a name (``Q4_K_M``), else the type
+            holding most of the weights; "" when unknown.
+        n_ctx_train: the context length it was trained with
+            (``{architecture}.context_length``), in tokens; 0 when unknown.
+        has_chat_template: the GGUF embeds ``tokenizer.chat_template``.
+        problem: why it cannot be used as a chat model (one line), or None.
+    """
+
+    path: Path
+    size_bytes: int = 0
+    architecture: str = ""
+    name: str = ""
+    n_params: int = 0
+    quantisation: str = ""
+    n_ctx_train: int = 0
+    has_chat_template: bool = False
+    problem: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        """True for a GGUF language model that passed every check."""
+        return self.problem is None
+
+
+def describe_model_file(path: str | Path, *, memory_bytes: int | None = None) -> ModelFileInfo:
+    """Read what the model picker shows about ``path``; never raises for a bad file.
+
+    Blocking file I/O (about 0.05-0.1 s for a GGUF): call it off the UI event loop.
+
+    Args:
+        path: any file.
+        memory_bytes: when given, weights larger than this are a problem (CPU
+            inference: :func:`check_fits_in_memory`); None skips that check.
+
+    Returns:
+        The description; ``problem`` says why the file cannot be used (the messages
+        of :func:`check_model_file`: not GGUF, safetensors, a vision projector, a cut
+        download...). An architecture llama.cpp does not know is only found by the
+        native load.
+    """
+    p = Path(path).expanduser()
+    problem: str | None = None
+    try:
+        header = check_model_file(p)
+        if memory_bytes is not None:
+            check_fits_in_memory(header, memory_bytes)
+    except ModelFileError as exc:
+        problem = str(exc).replace(str(p), p.name)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        size = 0
+    try:
+        with p.open("rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                return ModelFileInfo(p, size, name=p.stem, problem=problem)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                scan = _scan(buf)
+    except (OSError, ValueError, OverflowError, MemoryError, struct.error):
+        return ModelFileInfo(p, size, name=p.stem, problem=problem or f"{p.name}: unreadable")
+    raw_arch = scan.strings.get(b"general.architecture", b"")
+    arch = raw_arch.decode("ascii", "replace")
+    if len(raw_arch) > MAX_ARCHITECTURE_BYTES or not _ARCHITECTURE.fullmatch(arch):
+        arch = ""
+    name = scan.strings.get(b"general.name", b"").decode("utf-8", "replace")[:MAX_NAME_CHARS]
+    n_ctx_train = scan.ints.get(f"{arch}.context_length".encode(), 0) if arch else 0
+    return ModelFileInfo(
+        path=p,
+        size_bytes=size,
+        architecture=arch,
+        name=name or p.stem,
+        n_params=scan.n_params,
+        quantisation=_quantisation(scan),
+        n_ctx_train=max(0, n_ctx_train),
+        has_chat_template=scan.has_chat_template,
+        problem=problem,
+    )
+
+
+def _quantisation(scan: _Scan) -> str:
+    """``general.file_type`` as llama.cpp names it, else the ggml type of most bytes."""
+    file_type = scan.ints.get(b"general.file_type")
+    if file_type is not None:
+        try:
+            name = LlamaFileType(file_type).name
+        except ValueError:
+            name = ""
+        if name and name != "GUESSED":
+            return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    if scan.bytes_by_type:
+        ttype = max(scan.bytes_by_type, key=lambda t: scan.bytes_by_type[t])
+        try:
+            return GGMLQuantizationType(ttype).name
+        except ValueError:
+            return ""
+    return ""
+
+
+MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".ggml", ".ggjt")
+"""File names the model picker lists (case-insensitive): GGUF files, and the weight
+files users mistake for them, which it shows with the reason they cannot be used."""
+MAX_LISTED_FILES = 500
+"""Most files listed from all folders together."""
+
+
+def list_model_files(folders: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The model files in ``folders`` (not their subfolders), sorted by name per folder,
+    each file once (symbolic links followed).
+
+    Blocking directory reads: call it off the UI event loop.
+
+    Returns:
+        The files, and one line per folder that could not be read (missing, not a
+        folder, no permission).
+    """
+    found: list[Path] = []
+    seen: set[Path] = set()
+    problems: list[str] = []
+    for folder in folders:
+        try:
+            entries = sorted(folder.expanduser().iterdir(), key=lambda e: e.name.lower())
+        except FileNotFoundError:
+            problems.append(f"{folder}: no such folder")
+            continue
+        except NotADirectoryError:
+            problems.append(f"{folder}: not a folder")
+            continue
+        except OSError as exc:
+            problems.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        for entry in entries:
+            if not entry.name.lower().endswith(MODEL_FILE_SUFFIXES):
+                continue
+            try:
+                key = entry.resolve()
+            except (OSError, RuntimeError):  # a symbolic link loop
+                key = entry
+            if key in seen:
+                continue
+            seen.add(key)
+            found.append(entry)
+            if len(found) >= MAX_LISTED_FILES:
+                problems.append(f"more than {MAX_LISTED_FILES} files: the rest is not listed")
+                return found, problems
+    return found, problems

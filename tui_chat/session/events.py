@@ -199,5 +199,33 @@ class Notice(SessionEvent):
     severity: Severity = "information"
 
 
+@dataclass(frozen=True)
+class ModelSwitching(SessionEvent):
+    """A switch of model began (:meth:`ChatSession.switch_engine`): the old model is
+    being unloaded and the new one loaded. Messages sent meanwhile wait for it.
+
+    Attributes:
+        name: the new model, for the status bar (untrusted: a file or server name).
+    """
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ModelSwitchFailed(SessionEvent):
+    """The new model could not be loaded; the session goes on.
+
+    Followed by nothing else: the old model is loaded again when it can be
+    (``restored``), else no model is loaded until the next switch succeeds.
+
+    Attributes:
+        error: one line for the user (may quote a path: show it sanitized).
+        restored: the model in use again, or None when none is loaded.
+    """
+
+    error: str
+    restored: ModelInfo | None
+
+
 Listener = Callable[[SessionEvent], None]
 """Receives events; called from any thread, must not block."""

@@ -9,9 +9,9 @@ non-blocking methods below and reacts to the events the session reports
 Threads:
 
 - The caller's thread (the UI event loop): :meth:`submit`, :meth:`cancel`,
-  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`, :meth:`restore_kv_snapshot`.
-  Each takes the session lock for a few dictionary operations and returns; none does
-  I/O.
+  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`, :meth:`apply_settings`,
+  :meth:`switch_engine`, :meth:`restore_kv_snapshot`. Each takes the session lock
+  for a few dictionary operations and returns; none does I/O.
 - The engine thread: a plain daemon thread, not a Textual worker: Textual runs
   thread workers in asyncio's default executor, which is joined at exit, so a quit
   during a long native prefill would wait for it (replay case C07). The process can
@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tui_chat.config import ChatSettings
 from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
@@ -63,6 +64,8 @@ from tui_chat.session.events import (
     Listener,
     ModelLoaded,
     ModelLoadFailed,
+    ModelSwitchFailed,
+    ModelSwitching,
     Notice,
     PrefillFinished,
     PrefillProgressed,
@@ -102,15 +105,49 @@ def prompt_messages(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
 
 @dataclass
 class _ConversationRef:
-    """The saved conversation; ``id`` is set on the storage thread when first saved."""
+    """The saved conversation; ``id`` is set on the storage thread when first saved.
+
+    ``settings_json``: its own settings (the settings screen), saved with it; written
+    only on the storage thread, so a change before the first save is saved with it.
+    """
 
     model: str
     id: int | None = None
+    settings_json: str | None = None
 
     def ensure(self, store: Store) -> int:
         if self.id is None:
             self.id = store.new_conversation(self.model)
+            if self.settings_json is not None:
+                store.set_conversation_settings(self.id, self.settings_json)
         return self.id
+
+    def save_settings(self, store: Store, settings_json: str) -> None:
+        self.settings_json = settings_json
+        if self.id is not None:
+            store.set_conversation_settings(self.id, settings_json)
+
+
+@dataclass(frozen=True)
+class _Switch:
+    """A model switch waiting for the engine thread."""
+
+    factory: Callable[[], Engine]
+    name: str
+    label: str
+
+
+def with_system_prompt(
+    conversation: Sequence[ChatMessage], system_prompt: str | None
+) -> list[ChatMessage]:
+    """``conversation`` with its leading system message replaced by ``system_prompt``
+    (removed when that is None or empty); a new list, the messages are not changed."""
+    rest = list(conversation)
+    if rest and rest[0]["role"] == "system":
+        rest = rest[1:]
+    if system_prompt:
+        return [{"role": "system", "content": system_prompt}, *rest]
+    return rest
 
 
 @dataclass
@@ -187,6 +224,10 @@ class ChatSession:
         self._emit = listener
         self.params = params or SamplingParams()
         self.system_prompt = system_prompt
+        self._defaults = ChatSettings(system_prompt, self.params)
+        self._switch: _Switch | None = None
+        self._loading_name: str | None = None
+        self._engine_label: str | None = None
         self.storage = StorageThread(history, self._notify_storage) if history is not None else None
         self._resume = resume and history is not None
         self._trace = trace
@@ -207,9 +248,7 @@ class ChatSession:
         self._closing = False
         self._closed = False
         self._history_ready = threading.Event()
-        self._snapshots = SessionSnapshots(
-            kv_cache if history is not None else None, engine, listener
-        )
+        self._snapshots = SessionSnapshots(kv_cache if history is not None else None, listener)
         self._kv_restore_asked = False
         # A reply's conversation whose snapshot waits for its history id (set when the
         # storage thread has saved it).
@@ -226,6 +265,27 @@ class ChatSession:
     def model_info(self) -> ModelInfo | None:
         """The loaded model, or None before it is loaded."""
         return self._info
+
+    @property
+    def loading_model(self) -> str | None:
+        """The name of the model being switched to, while it loads; else None."""
+        return self._loading_name
+
+    @property
+    def engine_label(self) -> str | None:
+        """The ``label`` of the last successful :meth:`switch_engine` (a file path or a
+        server's model id); None while the engine given at start is in use."""
+        return self._engine_label
+
+    def settings(self) -> ChatSettings:
+        """The conversation's settings as the next reply will use them."""
+        with self._lock:
+            return ChatSettings(self.system_prompt, self.params)
+
+    @property
+    def default_settings(self) -> ChatSettings:
+        """The settings a new conversation starts with (the run's: config file, flags)."""
+        return self._defaults
 
     @property
     def conversation_id(self) -> int | None:
@@ -300,12 +360,53 @@ class ChatSession:
         current.cancel.set()
         return True
 
+    def apply_settings(self, settings: ChatSettings) -> None:
+        """Use ``settings`` (system prompt, sampling) from the next reply on, and save
+        them with the conversation (when it is saved, also if that happens later).
+
+        The system prompt replaces the conversation's system message, so the model
+        sees the new one with the whole history. Never waits: saving runs on the
+        storage thread.
+        """
+        with self._lock:
+            self.system_prompt = settings.system_prompt or None
+            self.params = settings.sampling
+            self._conversation = with_system_prompt(self._conversation, self.system_prompt)
+            ref = self._ref
+        if self.storage is not None:
+            settings_json = settings.to_json()
+            self.storage.submit(lambda store: ref.save_settings(store, settings_json))
+
+    def switch_engine(self, factory: Callable[[], Engine], name: str, label: str = "") -> None:
+        """Replace the engine (another model) on the engine thread, between replies.
+
+        There, ``factory()`` builds the new engine (checking its file, loading
+        nothing), the old engine is closed (its memory freed), and the new one is
+        loaded. The reply in flight, if any, finishes first; messages sent meanwhile
+        wait and are answered by the new model, with the whole conversation. Reported
+        as :class:`ModelSwitching`, then :class:`ModelLoaded` or
+        :class:`ModelSwitchFailed` (the old model is then loaded again). A second call
+        before the first has started replaces it.
+
+        Args:
+            factory: builds the engine; runs on the engine thread. An
+                :class:`EngineError` from it leaves the old model loaded.
+            name: the new model's name, shown while it loads.
+            label: what identifies it for the caller (a path, a server's model id):
+                :attr:`engine_label` once it is loaded.
+        """
+        with self._work:
+            self._switch = _Switch(factory, name, label or name)
+            self._work.notify()
+
     def new_chat(self) -> bool:
-        """Start a new conversation (the system prompt stays). Refused (False) while a
-        reply is in flight or messages are queued."""
+        """Start a new conversation with the run's settings (:attr:`default_settings`).
+        Refused (False) while a reply is in flight or messages are queued."""
         with self._lock:
             if self._current is not None or self._queue:
                 return False
+            self.system_prompt = self._defaults.system_prompt
+            self.params = self._defaults.sampling
             self._conversation = self._fresh_conversation()
             self._ref = _ConversationRef(model=self._ref.model)
             self._last_stats = None
@@ -395,17 +496,31 @@ class ChatSession:
             return [{"role": "system", "content": self.system_prompt}]
         return []
 
-    def _on_history(self, future: Future[tuple[int, list[ChatMessage]] | None]) -> None:
+    def _on_history(self, future: Future[_Opened | None]) -> None:
         """Storage thread: the newest conversation is loaded (or there is none)."""
         try:
             found = future.result()
         except Exception:
             found = None  # no history this run; the storage thread said why
         if found is not None:
-            conversation_id, loaded = found
+            conversation_id, loaded, settings_json = found
+            problems: list[str] = []
             with self._lock:
                 self._ref.id = conversation_id
+                self._ref.settings_json = settings_json
+                system = loaded[0]["content"] if loaded and loaded[0]["role"] == "system" else None
+                self.system_prompt = system
+                self.params = self._defaults.sampling
+                if settings_json is not None:
+                    # Its own settings, saved from the settings screen, win over the run's.
+                    fallback = ChatSettings(system, self._defaults.sampling)
+                    settings, problems = ChatSettings.from_json(settings_json, fallback)
+                    self.system_prompt = settings.system_prompt
+                    self.params = settings.sampling
+                    loaded = with_system_prompt(loaded, settings.system_prompt)
                 self._conversation = loaded
+            for problem in problems:
+                self._emit(Notice(f"{problem}; the default is used", "warning"))
             self._emit(HistoryOpened(conversation_id, tuple(dict(m) for m in loaded)))  # type: ignore[misc]
             self.restore_kv_snapshot()
         self._history_ready.set()
@@ -431,7 +546,7 @@ class ChatSession:
             if self._state == "loading":
                 self._state = "ready"
         self._emit(ModelLoaded(info))
-        self._snapshots.hash_model_soon()
+        self._snapshots.hash_model_soon(self.engine)
         for notice in info.notices:  # e.g. GPU offload asked of a CPU build (C39)
             self._emit(Notice(notice, "warning"))
         while not self._history_ready.wait(0.1):
@@ -440,21 +555,80 @@ class ChatSession:
                 return
         try:
             while True:
+                if self._run_switch():
+                    continue
                 reply = self._next_reply()
                 if reply is None:
-                    break
+                    if self._closing:
+                        break
+                    continue  # woken for a switch
                 result = self._generate(reply)
                 self._finish(reply, result)
                 self._save_kv_snapshot(reply)
         finally:
             self.engine.close()
 
+    def _run_switch(self) -> bool:
+        """Engine thread: run a pending :meth:`switch_engine`; False if none."""
+        with self._lock:
+            job, self._switch = self._switch, None
+            if job is None or self._closing:
+                return False
+            old, old_state, old_info = self.engine, self._state, self._info
+            self._state = "loading"
+            self._loading_name = job.name
+        self._emit(ModelSwitching(job.name))
+        try:
+            new = job.factory()  # checks the file; the old model stays until this passes
+        except Exception as exc:
+            self._switch_failed(_one_line_error(exc), old_state, old_info)
+            return True
+        with self._lock:
+            self._info = None  # messages sent from now on are queued for the new model
+        old.close()
+        try:
+            info = new.load()
+        except Exception as exc:
+            new.close()
+            try:
+                restored: ModelInfo | None = old.load()
+            except Exception:
+                restored = None
+            self._switch_failed(_one_line_error(exc), old_state, restored)
+            return True
+        with self._lock:
+            self.engine = new
+            self._info = info
+            self._ref.model = info.name
+            self._last_stats = None
+            self._loading_name = None
+            self._engine_label = job.label
+            self._state = "ready"
+            self._kv_save_asked = None  # the new model's KV cache holds nothing yet
+        self._emit(ModelLoaded(info))
+        self._snapshots.hash_model_soon(new)
+        for notice in info.notices:
+            self._emit(Notice(notice, "warning"))
+        return True
+
+    def _switch_failed(self, error: str, old_state: State, restored: ModelInfo | None) -> None:
+        """The new model did not load; ``restored`` is the model in use again, or None."""
+        with self._lock:
+            self._info = restored
+            self._loading_name = None
+            if restored is None:
+                self._state = "error"
+            else:
+                self._state = "interrupted" if old_state == "interrupted" else "ready"
+        self._emit(ModelSwitchFailed(error, restored))
+
     def _next_reply(self) -> _Reply | None:
-        """Wait for a queued message; move it into the conversation. None: closing.
+        """Wait for a queued message; move it into the conversation. None: closing, or
+        a model switch is waiting.
 
         A KV snapshot restore asked for (:meth:`restore_kv_snapshot`) runs first."""
         with self._work:
-            while not self._closing:
+            while not self._closing and self._switch is None:
                 if self._kv_restore_asked:
                     self._restore_kv_unlocked()
                 elif self._queue:
@@ -463,7 +637,7 @@ class ChatSession:
                     self._save_kv_unlocked()
                 else:
                     self._work.wait()
-            if self._closing:
+            if self._closing or self._switch is not None:
                 return None
             self._kv_save_asked = None  # the KV cache changes now; this reply saves it
             message_id, text = self._queue.pop(0)
@@ -505,6 +679,8 @@ class ChatSession:
     def _generate(self, reply: _Reply) -> StreamResult:
         if reply.cancel.is_set():
             return StreamResult("", "cancelled", StreamStats())
+        if self._info is None:  # a model switch failed and the old model did not reload
+            return StreamResult("", "error", StreamStats(), "no model is loaded: pick another")
         try:
             return run_stream(
                 self.engine,
@@ -566,7 +742,7 @@ class ChatSession:
             return
         self._work.release()
         try:
-            self._snapshots.restore(conversation_id, history)
+            self._snapshots.restore(self.engine, conversation_id, history)
         finally:
             self._work.acquire()
 
@@ -579,14 +755,14 @@ class ChatSession:
         conversation not yet given its history id (the storage thread is behind) is
         saved once it has one, if no other reply has started by then.
         """
-        if not self._snapshots.enabled or self.storage is None:
+        if not self._snapshots.enabled(self.engine) or self.storage is None:
             return
         with self._lock:
             if self._closing or self._queue:
                 return
         ref = reply.ref
         if ref.id is not None:
-            self._snapshots.save(ref.id)
+            self._snapshots.save(self.engine, ref.id)
             return
 
         def id_known(_done: Future[None]) -> None:
@@ -607,7 +783,7 @@ class ChatSession:
             return
         self._work.release()
         try:
-            self._snapshots.save(ref.id)
+            self._snapshots.save(self.engine, ref.id)
         finally:
             self._work.acquire()
 
@@ -649,14 +825,35 @@ class ChatSession:
         self.storage.submit(delete)
 
 
-def _load_latest(store: Store) -> tuple[int, list[ChatMessage]] | None:
+_Opened = tuple[int, list[ChatMessage], str | None]
+"""A conversation read from the history: id, messages, its own settings (JSON) or None."""
+
+
+def _load_latest(store: Store) -> _Opened | None:
     """Storage thread: recover replies left streaming by a killed process, then load
     the newest conversation."""
     store.recover_partial()
     conversation_id = store.latest_conversation()
     if conversation_id is None:
         return None
-    return conversation_id, store.messages(conversation_id)
+    return open_conversation(store, conversation_id)
+
+
+def open_conversation(store: Store, conversation_id: int) -> _Opened:
+    """Storage thread: a saved conversation's messages and its own settings (every way
+    of opening a conversation must read both)."""
+    return (
+        conversation_id,
+        store.messages(conversation_id),
+        store.conversation_settings(conversation_id),
+    )
+
+
+def _one_line_error(exc: BaseException) -> str:
+    """An engine's failure as one line: its message when it is an EngineError."""
+    if isinstance(exc, EngineError):
+        return str(exc)
+    return f"could not load the model: {exc!r}"
 
 
 class _Sink:

@@ -21,54 +21,65 @@ from tui_chat.session.events import Listener, Notice, SnapshotRestored, Snapshot
 class SessionSnapshots:
     """KV snapshots of one session's conversations.
 
+    Each method takes the session's engine as it is now (a model switch replaces it);
+    an engine that cannot keep snapshots (a remote server's, the scripted one) is left
+    alone.
+
     Args:
         cache: the snapshot folder, or None for none (no history: conversations have
             no ids to name snapshots by).
-        engine: the session's engine; an engine that cannot keep snapshots (a remote
-            server's, the fake one) turns this off.
         emit: the session's listener.
     """
 
-    def __init__(self, cache: SnapshotCache | None, engine: Engine, emit: Listener) -> None:
-        self._cache = cache
-        self._engine = engine if isinstance(engine, SnapshotEngine) else None
+    def __init__(self, cache: SnapshotCache | None, emit: Listener) -> None:
+        self._cache = cache if cache is not None and cache.limit_bytes > 0 else None
         self._emit = emit
         self._warned = False
 
-    @property
-    def enabled(self) -> bool:
-        """True when snapshots are kept (a cache with a limit above 0, an engine that
-        can write them)."""
-        return self._cache is not None and self._engine is not None and self._cache.limit_bytes > 0
+    def _usable(self, engine: Engine) -> tuple[SnapshotCache, SnapshotEngine] | None:
+        if self._cache is None or not isinstance(engine, SnapshotEngine):
+            return None
+        return self._cache, engine
 
-    def hash_model_soon(self) -> None:
-        """Hash the model file on a thread of its own (once per file version: seconds for
-        a large model), so the first save or restore need not wait for it."""
-        cache, engine = self._cache, self._engine
-        if not self.enabled or cache is None or engine is None:
+    def enabled(self, engine: Engine) -> bool:
+        """True when snapshots are kept with ``engine`` (a cache with a limit above 0,
+        an engine that can write them)."""
+        return self._usable(engine) is not None
+
+    def hash_model_soon(self, engine: Engine) -> None:
+        """Hash the engine's model file on a thread of its own (once per file version:
+        seconds for a large model), so the first save or restore need not wait for it."""
+        usable = self._usable(engine)
+        if usable is None:
             return
+        cache, snapshot_engine = usable
+        model_path = snapshot_engine.model_path
 
         def run() -> None:
             try:
-                cache.model_digest(engine.model_path)
+                cache.model_digest(model_path)
             except OSError:
                 pass  # the save or restore says why
 
         threading.Thread(target=run, name="tui-chat-model-hash", daemon=True).start()
 
-    def restore(self, conversation_id: int, messages: Sequence[ChatMessage]) -> None:
-        """Engine thread: load the conversation's snapshot when it is valid here.
+    def restore(
+        self, engine: Engine, conversation_id: int, messages: Sequence[ChatMessage]
+    ) -> None:
+        """Engine thread: load the conversation's snapshot into ``engine`` when it is
+        valid there.
 
         ``messages`` are what the model will be sent before the next user message (the
         conversation as it stands); a snapshot holding no prefix of them is refused.
         Emits :class:`SnapshotRestored`, or a :class:`Notice` saying why a snapshot
         that exists was not used.
         """
-        cache, engine = self._cache, self._engine
-        if not self.enabled or cache is None or engine is None:
+        usable = self._usable(engine)
+        if usable is None:
             return
+        cache, snapshot_engine = usable
         try:
-            outcome = cache.restore(engine, conversation_id, messages)
+            outcome = cache.restore(snapshot_engine, conversation_id, messages)
         except Exception as exc:  # a bug must not stop the chat: it is read again
             self._emit(Notice(f"The saved KV cache could not be used: {exc!r}", "warning"))
             return
@@ -83,17 +94,18 @@ class SessionSnapshots:
                 )
             )
 
-    def save(self, conversation_id: int) -> None:
-        """Engine thread: write the KV cache as the conversation's snapshot.
+    def save(self, engine: Engine, conversation_id: int) -> None:
+        """Engine thread: write ``engine``'s KV cache as the conversation's snapshot.
 
         Emits :class:`SnapshotSaved`; the first failure of a session is a warning
         notice, later ones are silent (the next reply tries again).
         """
-        cache, engine = self._cache, self._engine
-        if not self.enabled or cache is None or engine is None:
+        usable = self._usable(engine)
+        if usable is None:
             return
+        cache, snapshot_engine = usable
         try:
-            outcome = cache.save(engine, conversation_id)
+            outcome = cache.save(snapshot_engine, conversation_id)
         except Exception as exc:  # a bug must not stop the chat
             reason: str | None = repr(exc)
         else:

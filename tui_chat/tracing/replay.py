@@ -42,7 +42,7 @@ from tui_chat.engine.base import (
     Step,
     TokenPiece,
 )
-from tui_chat.tracing.reader import TraceFormatError, load_trace, parse_trace_lines, split_replies
+from tui_chat.tracing.reader import load_trace, parse_trace_lines, split_replies
 
 DEFAULT_STOP_STRINGS = ("<end_of_turn>", "<start_of_turn>")
 """Stop strings when the trace does not name them: the bundled Gemma model's markers."""
@@ -81,31 +81,15 @@ class ReplayReply:
     end_at_s: float | None = None
 
 
-def _hex_bytes(event: dict[str, Any]) -> bytes:
-    value = event.get("bytes", "")
-    if not isinstance(value, str):
-        raise TraceFormatError(f"token at t={event['t']}: 'bytes' must be a hex string")
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise TraceFormatError(
-            f"token at t={event['t']}: 'bytes' is not hex: {value[:40]!r}"
-        ) from None
-
-
 def replies_from_events(events: Sequence[dict[str, Any]]) -> list[ReplayReply]:
-    """The replies of a parsed trace (see :func:`tui_chat.tracing.reader.load_trace`).
-
-    Raises:
-        TraceFormatError: a token's ``bytes`` is not hex.
-    """
+    """The replies of a parsed trace (see :func:`tui_chat.tracing.reader.load_trace`)."""
     out = []
     for reply in split_replies(events):
         origin = reply.origin_t
         steps, step_ms = [], []
         for e in reply.of("token"):
             eog = bool(e.get("eog", False))
-            data = b"" if eog else _hex_bytes(e)
+            data = b"" if eog else bytes.fromhex(e.get("bytes", ""))  # checked by the reader
             steps.append(Step(max(0.0, float(e["t"]) - origin), data, eog))
             step_ms.append(float(e.get("step_ms") or 0.0))
         prefills = reply.of("prefill")
@@ -133,7 +117,8 @@ class ReplayEngine:
     """An engine that plays the replies of a trace, in order, at their recorded times.
 
     Args:
-        events: a parsed trace (see :func:`tui_chat.tracing.reader.load_trace`).
+        events: a parsed and checked trace (:func:`tui_chat.tracing.reader.load_trace`
+            or :func:`~tui_chat.tracing.reader.parse_trace_lines`).
         speed: time scale: 2 plays twice as fast, 0.5 at half speed, 0 without any
             waiting (then each token reports its recorded ``step_ms``; otherwise the
             time it actually waited, so a recorded stall is a stall again).
@@ -141,7 +126,6 @@ class ReplayEngine:
 
     Raises:
         ValueError: ``speed`` is negative.
-        TraceFormatError: a token's ``bytes`` is not hex.
     """
 
     def __init__(

@@ -6,15 +6,21 @@ shows the output.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tui_chat.output import (
+    EXIT_BROKEN_PIPE,
+    ArgumentParser,
+    OutputClosed,
+    UsageError,
+    say,
+    write_out,
+)
 from tui_chat.tracing.reader import ReplyEvents, TraceFormatError, load_trace, split_replies
 
 
@@ -231,7 +237,7 @@ def format_report(report: TraceReport) -> str:
 
 def trace_report_main(argv: Sequence[str]) -> int:
     """``tui-chat trace-report FILE [--json]``. Returns the exit status (2: bad file)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="tui-chat trace-report",
         description="Summarise a --trace file: TTFT, tokens/s, step-time and staleness "
         "percentiles, stalls.",
@@ -240,16 +246,26 @@ def trace_report_main(argv: Sequence[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     try:
         args = parser.parse_args(list(argv))
-    except SystemExit as exc:
+    except UsageError as exc:
+        say(f"{exc} (see tui-chat trace-report --help)")
+        return 2
+    except SystemExit as exc:  # --help
         return int(exc.code or 0)
     try:
         events = load_trace(args.file)
     except (OSError, TraceFormatError) as exc:
-        print(f"tui-chat: {exc}", file=sys.stderr)
+        if isinstance(exc, TraceFormatError):  # it names the file and the line
+            say(str(exc))
+        else:
+            say(f"cannot read the trace {args.file}: {exc.strerror or exc}")
         return 2
     report = summarise(events)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(format_report(report))
+    try:
+        # JSON escapes every control character; the text report is sanitized (a
+        # trace is something users send in).
+        write_out(
+            (json.dumps(report.to_dict(), indent=2) if args.json else format_report(report)) + "\n"
+        )
+    except OutputClosed:
+        return EXIT_BROKEN_PIPE
     return 0

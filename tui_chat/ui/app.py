@@ -34,13 +34,18 @@ from tui_chat.session import (
     HistoryOpened,
     ModelLoaded,
     ModelLoadFailed,
+    ModelSwitchFailed,
+    ModelSwitching,
     Notice,
     PrefillFinished,
     ReplyFinished,
     ReplyStarted,
     SessionEvent,
 )
+from tui_chat.session.events import Severity
 from tui_chat.ui.messages import SessionUpdate
+from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
+from tui_chat.ui.screens.settings import open_settings
 from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
@@ -80,6 +85,8 @@ class ChatApp(App[int]):
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+l", "clear", "New chat"),
+        Binding("f2", "settings", "Settings"),
+        Binding("f3", "models", "Models"),
         Binding("ctrl+z", "suspend_process", "Suspend", show=False),
     ]
 
@@ -113,6 +120,8 @@ class ChatApp(App[int]):
         self._unmounted = 0  # turns taken off the screen to bound the widget tree
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
+        self.engine_factory: EngineFactory = default_engine_factory
+        """Builds the engine of a model picked with F3 (tests put a fake here)."""
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -164,13 +173,20 @@ class ChatApp(App[int]):
             # during a reply scans only what the reply made (they showed as 50 ms frames).
             gc.freeze()
             self._update_status()
+        elif isinstance(event, ModelSwitching):
+            self._update_status()
+        elif isinstance(event, ModelSwitchFailed):
+            now = f"still using {event.restored.name}" if event.restored else "no model is loaded"
+            text = sanitize(f"{event.error} ({now})")
+            self.notify(text, severity="error", markup=False, timeout=8)
+            self._update_status()
         elif isinstance(event, ModelLoadFailed):
             self.load_error = event.error
             self.exit(return_code=2)
         elif isinstance(event, HistoryOpened):
             await self._show_history(event.messages)
         elif isinstance(event, Notice):
-            self.notify(sanitize(event.text), severity=event.severity, markup=False)
+            self.notice(event.text, event.severity)
 
     async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
         view = self.query_one("#conversation", VerticalScroll)
@@ -214,7 +230,7 @@ class ChatApp(App[int]):
         self._live = None
         await turn.finish(event.text, sanitize(note) if note else None)
         if event.reason == "error":
-            self.notify(sanitize(event.error or "error"), severity="error", markup=False)
+            self.notice(event.error or "error", "error")
         self.last_reply = event
         self.n_replies_shown += 1
         self._update_status()
@@ -266,8 +282,16 @@ class ChatApp(App[int]):
 
     def _update_status(self) -> None:
         session = self.session
-        info = session.model_info
-        name = info.name if info else Path(str(self.config.model or "default model")).name
+        loading = session.loading_model  # a model switch: show the model that loads
+        info = None if loading else session.model_info
+        if loading:
+            name = loading
+        elif info is not None:
+            name = info.name
+        elif self.config.api_base:  # connecting: say to what, not "default model"
+            name = self.config.api_model or self.config.api_base
+        else:
+            name = Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
             self._status.show(
                 session.state,
@@ -276,6 +300,11 @@ class ChatApp(App[int]):
                 name,
                 conversation_id=session.conversation_id,
             )
+
+    def notice(self, text: str, severity: Severity = "information") -> None:
+        """A toast for the user: the one way the app shows a line it did not write
+        (paths, GGUF fields, server and exception texts): sanitized, never markup."""
+        self.notify(sanitize(text), severity=severity, markup=False)
 
     # ---------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -326,6 +355,14 @@ class ChatApp(App[int]):
 
     async def on_unmount(self) -> None:
         await self._close_session()
+
+    def action_settings(self) -> None:
+        """F2: this conversation's system prompt and sampling."""
+        open_settings(self)
+
+    def action_models(self) -> None:
+        """F3: pick another model (local GGUF files, or the server's models)."""
+        open_model_picker(self)
 
     async def action_clear(self) -> None:
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""

@@ -6,6 +6,8 @@ from textual import events
 from textual.message import Message
 from textual.widgets import Input
 
+from tui_chat.sanitize import sanitize
+
 
 class PromptInput(Input):
     """A one-line input that empties itself at the moment Enter is pressed.
@@ -38,6 +40,19 @@ class PromptInput(Input):
             event.stop()
             event.prevent_default()  # Input's own handler and the binding: not again
             await self.action_submit()
+
+    def _on_paste(self, event: events.Paste) -> None:
+        """A paste is text, never keys, and never raw control characters: they are made
+        visible (issue 8); lines are joined with spaces (a one-line input)."""
+        event.prevent_default()
+        event.stop()
+        text = " ".join(sanitize(event.text.replace("\r\n", "\n").replace("\r", "\n")).splitlines())
+        if not text:
+            return
+        if self.selection.is_empty:
+            self.insert_text_at_cursor(text)
+        else:
+            self.replace(text, *self.selection)
 
     async def action_submit(self) -> None:
         """Enter: take the text, empty the input, post :class:`Sent`."""
