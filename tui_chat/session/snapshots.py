@@ -10,6 +10,8 @@ used or written is at most a notice, and the chat is read again as usual.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Sequence
 
@@ -56,6 +58,10 @@ class SessionSnapshots:
         model_path = snapshot_engine.model_path
 
         def run() -> None:
+            # The lowest CPU priority (Linux schedules threads on their own): the hash
+            # must not slow the decode steps of a reply that starts meanwhile.
+            with contextlib.suppress(AttributeError, OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             try:
                 cache.model_digest(model_path)
             except OSError:
