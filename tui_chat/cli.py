@@ -374,6 +374,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tui_chat.tracing.report import trace_report_main
 
         return trace_report_main(argv[1:])
+    if argv and argv[0] == "cache":
+        from tui_chat.kvcache import SnapshotCache, cache_main
+
+        try:
+            limit_bytes = load_config().kv_cache_limit_bytes  # config file, environment
+        except ConfigError as exc:
+            say(str(exc))
+            return 2
+        return cache_main(argv[1:], SnapshotCache(limit_bytes=limit_bytes))
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)

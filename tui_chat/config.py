@@ -95,6 +95,11 @@ class Config:
     kv_cache_limit_mb: int = 2048
     origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def kv_cache_limit_bytes(self) -> int:
+        """:attr:`kv_cache_limit_mb` in bytes."""
+        return self.kv_cache_limit_mb * 1024 * 1024
+
 
 API_KEY_VARIABLES = ("TUI_CHAT_API_KEY", "OPENAI_API_KEY")
 """Environment variables that hold the server's API key, the first set one wins

@@ -96,6 +96,67 @@ class PrefillFinished(SessionEvent):
 
 
 @dataclass(frozen=True)
+class PrefillProgressed(SessionEvent):
+    """One prompt batch of reply ``reply_id``'s prefill is evaluated (issue 13).
+
+    Sent only for a prefill of more than one batch (``--n-batch`` tokens): before the
+    first batch (``n_done == 0``) and after each, then :class:`PrefillFinished`.
+
+    Attributes:
+        reply_id: the reply.
+        n_done: prompt tokens evaluated so far.
+        n_total: prompt tokens this prefill evaluates (tokens already in the KV cache,
+            ``n_reused``, are not counted).
+        elapsed_ms: time since the first batch started, in milliseconds.
+        eta_ms: estimated time left in milliseconds, from the rate so far; None before
+            the first batch ends.
+        n_reused: prompt tokens taken from the KV cache (after a restore: the chat).
+    """
+
+    reply_id: int
+    n_done: int
+    n_total: int
+    elapsed_ms: float
+    eta_ms: float | None
+    n_reused: int
+
+
+@dataclass(frozen=True)
+class SnapshotRestored(SessionEvent):
+    """The conversation's KV snapshot was loaded (issue 13): its next prompt reads only
+    what is new.
+
+    Attributes:
+        conversation_id: the conversation (history database id).
+        n_tokens: tokens the KV cache now holds from the snapshot.
+        size_bytes: the snapshot's files, in bytes.
+        restore_ms: time to check and load it, in milliseconds.
+    """
+
+    conversation_id: int
+    n_tokens: int
+    size_bytes: int
+    restore_ms: float
+
+
+@dataclass(frozen=True)
+class SnapshotSaved(SessionEvent):
+    """The KV cache was written as the conversation's snapshot after a reply.
+
+    Attributes:
+        conversation_id: the conversation (history database id).
+        n_tokens: tokens in the snapshot.
+        size_bytes: the snapshot's files, in bytes.
+        save_ms: time to write it, in milliseconds.
+    """
+
+    conversation_id: int
+    n_tokens: int
+    size_bytes: int
+    save_ms: float
+
+
+@dataclass(frozen=True)
 class FirstText(SessionEvent):
     """The first text of reply ``reply_id`` is waiting in its buffer: paint it now."""
 

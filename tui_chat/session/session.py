@@ -10,7 +10,7 @@ Threads:
 
 - The caller's thread (the UI event loop): :meth:`submit`, :meth:`cancel`,
   :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`, :meth:`apply_settings`,
-  :meth:`switch_engine`. Each takes the session lock
+  :meth:`switch_engine`, :meth:`restore_kv_snapshot`. Each takes the session lock
   for a few dictionary operations and returns; none does I/O.
 - The engine thread: a plain daemon thread, not a Textual worker: Textual runs
   thread workers in asyncio's default executor, which is joined at exit, so a quit
@@ -23,6 +23,10 @@ starts; the reply in flight is saved at least every :data:`SAVE_EVERY_S` while i
 streams (marked ``partial``), and at once when it ends, is cancelled, or the session
 closes. So a killed process loses at most the last second of text, and the next start
 marks the reply interrupted.
+
+KV snapshots (issue 13, :mod:`tui_chat.session.snapshots`): when a conversation is
+replaced (``--resume``), the engine thread restores its snapshot before the next
+prefill; after each reply it writes the KV cache as the conversation's snapshot.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from tui_chat.engine.base import (
     EngineError,
     ModelInfo,
     PrefillDone,
+    PrefillProgress,
     SamplingParams,
 )
 from tui_chat.engine.stream import (
@@ -52,6 +57,7 @@ from tui_chat.engine.stream import (
     TraceFn,
     run_stream,
 )
+from tui_chat.kvcache import SnapshotCache
 from tui_chat.session.events import (
     FirstText,
     HistoryOpened,
@@ -62,10 +68,12 @@ from tui_chat.session.events import (
     ModelSwitching,
     Notice,
     PrefillFinished,
+    PrefillProgressed,
     ReplyFinished,
     ReplyStarted,
     State,
 )
+from tui_chat.session.snapshots import SessionSnapshots
 from tui_chat.storage import StorageNotice, StorageThread
 from tui_chat.store import Store
 
@@ -195,6 +203,9 @@ class ChatSession:
             keeps the conversation in memory only.
         resume: reopen the newest saved conversation first (needs ``history``).
         trace: optional timeline recorder (``--trace``).
+        kv_cache: where KV snapshots of saved conversations are kept (issue 13), or
+            None for none; used only with ``history`` and an engine that can write
+            them.
     """
 
     def __init__(
@@ -207,6 +218,7 @@ class ChatSession:
         history: Path | None = None,
         resume: bool = False,
         trace: TraceFn | None = None,
+        kv_cache: SnapshotCache | None = None,
     ) -> None:
         self.engine = engine
         self._emit = listener
@@ -236,6 +248,11 @@ class ChatSession:
         self._closing = False
         self._closed = False
         self._history_ready = threading.Event()
+        self._snapshots = SessionSnapshots(kv_cache if history is not None else None, listener)
+        self._kv_restore_asked = False
+        # A reply's conversation whose snapshot waits for its history id (set when the
+        # storage thread has saved it).
+        self._kv_save_asked: _ConversationRef | None = None
         self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
 
     # ---------------------------------------------------------------- state
@@ -397,6 +414,21 @@ class ChatSession:
                 self._state = "ready"
         return True
 
+    def restore_kv_snapshot(self) -> None:
+        """Restore the current conversation's KV snapshot before its next prefill.
+
+        Call whenever the conversation is replaced by a saved one (``--resume`` does;
+        opening one from a list or switching back should), after the conversation and
+        its id are set. Returns at once; the engine thread restores it as soon as it is
+        idle and before it takes the next message, then reports
+        :class:`~tui_chat.session.events.SnapshotRestored` (or a notice saying why the
+        snapshot was not used). Regenerate and edit need no call: the engine reuses
+        the KV cache up to the message they replace.
+        """
+        with self._work:
+            self._kv_restore_asked = True
+            self._work.notify()
+
     def drain(self, reply_id: int) -> TextBatch | None:
         """Take the text reply ``reply_id`` produced since the last call (None if none).
 
@@ -490,6 +522,7 @@ class ChatSession:
             for problem in problems:
                 self._emit(Notice(f"{problem}; the default is used", "warning"))
             self._emit(HistoryOpened(conversation_id, tuple(dict(m) for m in loaded)))  # type: ignore[misc]
+            self.restore_kv_snapshot()
         self._history_ready.set()
 
     def _notify_storage(self, notice: StorageNotice) -> None:
@@ -513,6 +546,7 @@ class ChatSession:
             if self._state == "loading":
                 self._state = "ready"
         self._emit(ModelLoaded(info))
+        self._snapshots.hash_model_soon(self.engine)
         for notice in info.notices:  # e.g. GPU offload asked of a CPU build (C39)
             self._emit(Notice(notice, "warning"))
         while not self._history_ready.wait(0.1):
@@ -530,6 +564,7 @@ class ChatSession:
                     continue  # woken for a switch
                 result = self._generate(reply)
                 self._finish(reply, result)
+                self._save_kv_snapshot(reply)
         finally:
             self.engine.close()
 
@@ -569,7 +604,9 @@ class ChatSession:
             self._loading_name = None
             self._engine_label = job.label
             self._state = "ready"
+            self._kv_save_asked = None  # the new model's KV cache holds nothing yet
         self._emit(ModelLoaded(info))
+        self._snapshots.hash_model_soon(new)
         for notice in info.notices:
             self._emit(Notice(notice, "warning"))
         return True
@@ -587,12 +624,22 @@ class ChatSession:
 
     def _next_reply(self) -> _Reply | None:
         """Wait for a queued message; move it into the conversation. None: closing, or
-        a model switch is waiting."""
+        a model switch is waiting.
+
+        A KV snapshot restore asked for (:meth:`restore_kv_snapshot`) runs first."""
         with self._work:
-            while not self._queue and not self._closing and self._switch is None:
-                self._work.wait()
+            while not self._closing and self._switch is None:
+                if self._kv_restore_asked:
+                    self._restore_kv_unlocked()
+                elif self._queue:
+                    break
+                elif self._kv_save_asked is not None:
+                    self._save_kv_unlocked()
+                else:
+                    self._work.wait()
             if self._closing or self._switch is not None:
                 return None
+            self._kv_save_asked = None  # the KV cache changes now; this reply saves it
             message_id, text = self._queue.pop(0)
             user: ChatMessage = {"role": "user", "content": text}
             self._conversation.append(user)
@@ -682,6 +729,63 @@ class ChatSession:
             if unanswerable:
                 self._delete_saved(reply.user_saved)
         self._emit(ReplyFinished(reply.reply_id, text, result.reason, result.error, stats, empty))
+
+    def _restore_kv_unlocked(self) -> None:
+        """Engine thread, called holding the session lock: restore the current
+        conversation's snapshot with the lock released (it reads a file and loads the
+        KV cache: the caller's thread must not wait for that)."""
+        self._kv_restore_asked = False
+        self._kv_save_asked = None  # the KV cache will not hold that conversation
+        conversation_id = self._ref.id
+        history = prompt_messages(self._conversation)
+        if conversation_id is None:
+            return
+        self._work.release()
+        try:
+            self._snapshots.restore(self.engine, conversation_id, history)
+        finally:
+            self._work.acquire()
+
+    def _save_kv_snapshot(self, reply: _Reply) -> None:
+        """Engine thread: keep the KV cache as the reply's conversation's snapshot.
+
+        Skipped while closing (a quit must end within 1 s; the snapshot of the reply
+        before still holds all but the last turn) and while a message waits (its reply
+        ends soon and saves a snapshot holding this one: the wait would delay it). A
+        conversation not yet given its history id (the storage thread is behind) is
+        saved once it has one, if no other reply has started by then.
+        """
+        if not self._snapshots.enabled(self.engine) or self.storage is None:
+            return
+        with self._lock:
+            if self._closing or self._queue:
+                return
+        ref = reply.ref
+        if ref.id is not None:
+            self._snapshots.save(self.engine, ref.id)
+            return
+
+        def id_known(_done: Future[None]) -> None:
+            # Storage thread: the calls queued before this one (the reply's own saves,
+            # which give the conversation its id) have run.
+            with self._work:
+                if ref.id is not None:
+                    self._kv_save_asked = ref
+                    self._work.notify()
+
+        self.storage.submit(lambda _store: None).add_done_callback(id_known)
+
+    def _save_kv_unlocked(self) -> None:
+        """Engine thread, called holding the session lock: save the snapshot asked for
+        by :meth:`_save_kv_snapshot`, with the lock released."""
+        ref, self._kv_save_asked = self._kv_save_asked, None
+        if ref is None or ref.id is None:
+            return
+        self._work.release()
+        try:
+            self._snapshots.save(self.engine, ref.id)
+        finally:
+            self._work.acquire()
 
     def _save_reply(
         self,
@@ -773,6 +877,18 @@ class _Sink:
                     "warning",
                 )
             )
+
+    def on_prefill_progress(self, event: PrefillProgress, stats: StreamStats) -> None:
+        self._session._emit(
+            PrefillProgressed(
+                self._reply.reply_id,
+                event.n_done,
+                event.n_total,
+                event.elapsed_ms,
+                event.eta_ms,
+                event.n_reused,
+            )
+        )
 
     def on_text(self, text: str, stats: StreamStats) -> None:
         reply = self._reply

@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
+from tui_chat.kvcache import SnapshotCache
 from tui_chat.sanitize import sanitize
 from tui_chat.session import (
     ChatSession,
@@ -109,6 +110,7 @@ class ChatApp(App[int]):
             history=history,
             resume=config.resume,
             trace=trace,
+            kv_cache=SnapshotCache(limit_bytes=config.kv_cache_limit_bytes),
         )
         self.load_error: str | None = None
         self.last_reply: ReplyFinished | None = None
@@ -155,6 +157,8 @@ class ChatApp(App[int]):
         event = message.event
         if not self._status.is_attached:
             return  # the app is closing: the engine thread finishing a cancelled reply
+        if self._status.track(event):  # prefill progress, a KV snapshot restored
+            self._update_status()
         if isinstance(event, FirstText):
             await self._paint_tick()
         elif isinstance(event, ReplyStarted):
@@ -289,7 +293,13 @@ class ChatApp(App[int]):
         else:
             name = Path(str(self.config.model or "default model")).name
         if self._status.is_attached:
-            self._status.show(session.state, session.live_stats(), info, name)
+            self._status.show(
+                session.state,
+                session.live_stats(),
+                info,
+                name,
+                conversation_id=session.conversation_id,
+            )
 
     def notice(self, text: str, severity: Severity = "information") -> None:
         """A toast for the user: the one way the app shows a line it did not write
