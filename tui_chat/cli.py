@@ -1,4 +1,5 @@
-"""Command line: parse flags, then run the TUI or headless mode. Exit codes:
+"""Command line: parse flags, then run the TUI or headless mode; ``tui-chat list``,
+``export`` and ``trace-report`` are commands of their own. Exit codes:
 
 0 success; 1 a reply failed in headless mode; 2 bad start-up input (flag, model file,
 terminal); 130 interrupted by Ctrl+C in headless mode.
@@ -73,6 +74,18 @@ def _unit_float(text: str) -> float:
     return value
 
 
+def _conversation_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a conversation id (tui-chat list shows them), got {text!r}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``--help`` names the native log file."""
     defaults = SamplingParams()
@@ -82,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
             f"{native_log_path()}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
-            "Ctrl+L new chat, Ctrl+Q quit."
+            "Ctrl+L new chat, Ctrl+O saved chats, Ctrl+Q quit. Also: tui-chat list, "
+            "tui-chat export ID --format md|json."
         ),
     )
     p.add_argument(
@@ -135,7 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-p", type=_unit_float, default=defaults.min_p)
     p.add_argument("--repeat-penalty", type=_non_negative_float, default=defaults.repeat_penalty)
     p.add_argument("--seed", type=int, default=defaults.seed, help="-1 = random")
-    p.add_argument("--resume", action="store_true", help="reopen the newest saved conversation")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_conversation_id,
+        metavar="ID",
+        help="reopen the newest saved conversation, or conversation ID (tui-chat list shows them)",
+    )
     p.add_argument(
         "--no-history",
         action="store_true",
@@ -340,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tui_chat.tracing.report import trace_report_main
 
         return trace_report_main(argv[1:])
+    if argv and argv[0] in ("list", "export"):
+        from tui_chat.history_cli import export_main, list_main
+
+        return (list_main if argv[0] == "list" else export_main)(argv[1:])
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)

@@ -26,7 +26,8 @@ class Config:
         render_interval_ms: paint timer period in milliseconds (60-100 recommended).
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
-        resume: reopen the newest saved conversation (``--resume``).
+        resume: reopen a saved conversation: True for the newest (``--resume``), a
+            conversation id (``--resume ID``), False for none.
         api_base: an OpenAI-compatible server's API root (``--api-base``); set, it
             replaces the embedded llama.cpp engine.
         api_key: the server's API key (``--api-key`` or the environment, see
@@ -47,7 +48,7 @@ class Config:
     render_interval_ms: int = 80
     trace: Path | None = None
     history: bool = True
-    resume: bool = False
+    resume: bool | int = False
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
     api_model: str | None = None

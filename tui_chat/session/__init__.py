@@ -14,14 +14,22 @@ from tui_chat.session.events import (
     Notice,
     PrefillFinished,
     ReplyFinished,
+    ReplyKind,
     ReplyStarted,
     SessionEvent,
     State,
+    VersionShown,
 )
-from tui_chat.session.session import ChatSession, TextBatch, prompt_messages
+from tui_chat.session.session import (
+    ChatSession,
+    ConversationChange,
+    TextBatch,
+    prompt_messages,
+)
 
 __all__ = [
     "ChatSession",
+    "ConversationChange",
     "FirstText",
     "HistoryOpened",
     "Listener",
@@ -30,9 +38,11 @@ __all__ = [
     "Notice",
     "PrefillFinished",
     "ReplyFinished",
+    "ReplyKind",
     "ReplyStarted",
     "SessionEvent",
     "State",
     "TextBatch",
+    "VersionShown",
     "prompt_messages",
 ]

@@ -1,0 +1,1 @@
+"""Screens pushed over the chat: the saved conversations, and small dialogs."""
