@@ -52,8 +52,7 @@ def build_history(
         n_conversations = (n_messages + per_conversation - 1) // per_conversation
         with db:
             db.executemany(
-                "INSERT INTO conversations (id, created_at, model, updated_at)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO conversations (id, created_at, model, updated_at) VALUES (?, ?, ?, ?)",
                 [
                     (c + 1, now + c * per_conversation, model, now + (c + 1) * per_conversation)
                     for c in range(n_conversations)

@@ -105,6 +105,7 @@ class ConversationKeys(App[int]):
             return
         prompt = self.query_one("#prompt", PromptInput)
         prompt.value = last["content"]
+        prompt.cursor_position = len(prompt.value)
         prompt.focus()
         self.editing = True
         self.notify("editing your last message: Enter sends it again, Esc cancels", markup=False)

@@ -23,6 +23,8 @@ keeps the raw message of every turn it may unmount, never the widget.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -80,7 +82,8 @@ class ConversationView(VerticalScroll):
         # dropped when the turn is unmounted).
         self._records: dict[Widget, ChatMessage | None] = {}
         self._versions_label: str | None = None
-        self._busy = asyncio.Lock()
+        self._busy = asyncio.Lock()  # one change of the mounted turns at a time
+        self._edge_pending = False  # scrolled to an edge while a change ran
         self._top = Static("", markup=False, classes="earlier")
         self._bottom = Static("", markup=False, classes="later")
 
@@ -125,7 +128,7 @@ class ConversationView(VerticalScroll):
         Returns:
             The turn of ``focus_index``, or None.
         """
-        async with self._busy:
+        async with self._changing():
             return await self._show(list(messages), focus_index, versions)
 
     async def _show(
@@ -190,7 +193,7 @@ class ConversationView(VerticalScroll):
 
     async def clear(self) -> None:
         """Show an empty conversation (a new chat)."""
-        async with self._busy:
+        async with self._changing():
             await self._show([], None, None)
 
     async def add(self, widget: Widget, message: ChatMessage | None = None) -> None:
@@ -202,7 +205,7 @@ class ConversationView(VerticalScroll):
             message: its raw message, to mount it again once it left the window (a
                 live reply gets it with :meth:`record` when it ends).
         """
-        async with self._busy:
+        async with self._changing():
             if self._later:
                 await self._show(self._all_messages(), None, self._versions_label)
             self._versions_label = None
@@ -226,7 +229,7 @@ class ConversationView(VerticalScroll):
     async def remove_last(self, kind: type[Widget]) -> None:
         """Remove the last turn if it is of type ``kind`` (the reply a regenerate
         replaces)."""
-        async with self._busy:
+        async with self._changing():
             if self._later:
                 await self._show(self._all_messages(), None, self._versions_label)
             turns = self.turns()
@@ -238,7 +241,7 @@ class ConversationView(VerticalScroll):
         self, user: str, reply: ChatMessage, versions: str | None
     ) -> None:
         """Show another version of the last exchange: its question and its reply."""
-        async with self._busy:
+        async with self._changing():
             if self._later:
                 await self._show(self._all_messages(), None, self._versions_label)
             turns = self.turns()
@@ -259,28 +262,22 @@ class ConversationView(VerticalScroll):
     async def load_earlier(self) -> int:
         """Mount up to :attr:`batch_turns` turns above the window, keeping the text on
         screen in place. Returns how many were mounted (0: none are left)."""
-        if not self._earlier or self._busy.locked():
+        if not self._earlier:
             return 0
-        async with self._busy:
+        if self._busy.locked():
+            self._edge_pending = True  # looked at again when the change ends
+            return 0
+        async with self._changing():
             take = self._earlier[-self.batch_turns :]
             del self._earlier[-self.batch_turns :]
             turns = self.turns()
             first = turns[0] if turns else self._bottom
-            before_y = first.virtual_region.y
             widgets = [self._turn(m) for m in take]
             for widget, message in zip(widgets, take, strict=True):
                 self._records[widget] = message
+            keep_place = self._keep_in_place(first)
             await self.mount_all(widgets, before=first)
             self._update_labels()
-            # Keep the text the user reads where it was (it moved down by the height
-            # of what was mounted above it) once the new turns are laid out.
-            old_y = self.scroll_y
-
-            def keep_place() -> None:
-                self.scroll_to(
-                    y=old_y + first.virtual_region.y - before_y, animate=False, immediate=True
-                )
-
             self.call_after_refresh(keep_place)
             await self._evict(top=False, keep=self.max_mounted + SLACK_TURNS)
             return len(widgets)
@@ -288,9 +285,12 @@ class ConversationView(VerticalScroll):
     async def load_later(self) -> int:
         """Mount up to :attr:`batch_turns` turns below the window. Returns how many
         were mounted (0: none are left)."""
-        if not self._later or self._busy.locked():
+        if not self._later:
             return 0
-        async with self._busy:
+        if self._busy.locked():
+            self._edge_pending = True
+            return 0
+        async with self._changing():
             take = self._later[: self.batch_turns]
             del self._later[: self.batch_turns]
             widgets = [self._turn(m) for m in take]
@@ -299,15 +299,39 @@ class ConversationView(VerticalScroll):
             await self.mount_all(widgets, before=self._bottom)
             self._update_labels()
             await self._mount_versions()
-            await self._evict(top=True, keep=self.max_mounted + SLACK_TURNS)
+            if self._later:
+                # Not anchored to the end while more waits below it: the next turns
+                # come when the user scrolls on, not by themselves.
+                self.release_anchor()
+            await self._evict(top=True, keep=self.max_mounted + SLACK_TURNS, in_place=True)
             return len(widgets)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        if new_value <= 0 and self._earlier:
-            self.call_later(self.load_earlier)
-        elif new_value >= self.max_scroll_y > 0 and old_value < new_value and self._later:
-            self.call_later(self.load_later)
+        self._check_edges()
+
+    def _check_edges(self) -> None:
+        """Scrolled to the top (or the end) with turns beyond it: mount some."""
+        if self._earlier and self.scroll_y <= 0:
+            load = self.load_earlier
+        elif self._later and self.scroll_y >= self.max_scroll_y:
+            load = self.load_later
+        else:
+            return
+        if self._busy.locked():
+            self._edge_pending = True
+        else:
+            self.call_later(load)
+
+    @asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """Hold the lock of the mounted turns; afterwards, look at the edges again if
+        the user reached one meanwhile (their scroll found the lock taken)."""
+        async with self._busy:
+            yield
+        if self._edge_pending:
+            self._edge_pending = False
+            self.call_after_refresh(self._check_edges)
 
     async def _fill(self) -> None:
         """Mount earlier turns while the view is at its top: a short window leaves
@@ -317,16 +341,22 @@ class ConversationView(VerticalScroll):
                 return
             await asyncio.sleep(0)  # let the new turns be laid out
 
-    async def _evict(self, *, top: bool, keep: int) -> None:
+    async def _evict(self, *, top: bool, keep: int, in_place: bool = False) -> None:
         """Unmount turns beyond ``keep`` from the top (or the bottom), keeping their
-        messages. A turn still streaming or queued is never unmounted from the bottom."""
+        messages. A turn still streaming or queued is never unmounted from the bottom.
+        ``in_place``: keep the text on screen in place even at the end of the view."""
         turns = self.turns()
         excess = len(turns) - keep
         if excess <= 0:
             return
+        keep_place = None
         if top:
             gone = turns[:excess]
             self._earlier += [m for w in gone if (m := self._records.get(w)) is not None]
+            # A view at its end follows the new turns (its anchor); elsewhere the text
+            # the user reads stays put.
+            if in_place or self.scroll_y < self.max_scroll_y:
+                keep_place = self._keep_in_place(turns[excess])
         else:
             gone = []
             for widget in reversed(turns):
@@ -340,6 +370,23 @@ class ConversationView(VerticalScroll):
         if gone:
             await self.remove_children(gone)
             self._update_labels()
+            if keep_place is not None:
+                self.call_after_refresh(keep_place)
+
+    def _keep_in_place(self, widget: Widget) -> Callable[[], None]:
+        """Before turns are mounted or unmounted above ``widget``: a function to call
+        once they are laid out, that scrolls by as much as ``widget`` moved, so the
+        text the user reads stays where it was."""
+        before_y, old_scroll = widget.virtual_region.y, self.scroll_y
+
+        def keep() -> None:
+            if widget.is_attached:
+                moved = widget.virtual_region.y - before_y
+                self.scroll_to(
+                    y=old_scroll + moved, animate=False, immediate=True, release_anchor=False
+                )
+
+        return keep
 
     def _settled(self, widget: Widget) -> bool:
         """A turn that may be unmounted below the window: a finished one."""
