@@ -19,8 +19,8 @@ from tests.helpers import reply_turns, screen_segments, screen_text, shown_reply
 from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import ChatApp, make_app
-from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.conversation import SLACK_TURNS, ConversationView
+from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
