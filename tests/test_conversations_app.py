@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
 from tests.test_app_stream import finished, ready, send
+from tests.test_session import Locker
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.store import Store
 from tui_chat.ui.app import ChatApp, make_app
@@ -330,3 +331,28 @@ async def test_keys_answer_while_a_search_waits_for_the_database(history: Path) 
         gate.set()
         await wait_for(lambda: "you: what is a quokka?" in screen_text(app))
         assert screen.query_shown == "quokka"
+
+
+async def test_a_message_sent_while_the_conversation_loads_follows_it(history: Path) -> None:
+    engine = FakeEngine([paced(["welcome back", EOG], 0)])
+    app = make_app(fake_config(resume=True), engine, history=history)
+    locker = Locker(history)  # another process holds the lock: the chat loads late
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app)
+            await send(pilot, "typed at start")
+            assert app.session.queued()  # waits for the conversation it belongs to
+            locker.release()
+            await finished(app, 1)
+            await wait_for(lambda: "welcome back" in screen_text(app))
+            screen = screen_text(app)
+            order = [screen.index(t) for t in ("a small wallaby", "typed at start", "welcome")]
+            assert order == sorted(order)
+    finally:
+        if locker.proc.poll() is None:
+            locker.release()
+    assert engine.calls[0][-3:] == [
+        {"role": "user", "content": "what is a quokka?"},
+        {"role": "assistant", "content": "a small wallaby"},
+        {"role": "user", "content": "typed at start"},
+    ]

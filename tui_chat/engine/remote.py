@@ -150,11 +150,11 @@ def chat_request_body(
     if model is not None:
         body["model"] = model
     if messages and messages[-1]["role"] == "assistant":
-        # A reply that is continued. llama.cpp's server continues a final assistant
-        # message by itself ("assistant prefill", on by default since 2025) and reads
-        # these two fields in newer builds; vLLM needs them (its
-        # continue_final_message cannot go with add_generation_prompt). Servers that do
-        # neither (llama-cpp-python's) start a new reply after it instead.
+        # A reply that is continued. llama.cpp's server ("assistant prefill", on by
+        # default since May 2025; newer builds also read these fields) and Ollama
+        # continue a final assistant message by themselves; vLLM and SGLang need the
+        # fields (continue_final_message cannot go with add_generation_prompt).
+        # llama-cpp-python's server starts a new reply after it instead.
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
     if params.seed >= 0:

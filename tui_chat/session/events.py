@@ -72,6 +72,8 @@ class HistoryOpened(SessionEvent):
             hit), or None for the end of the conversation.
         version: which version of the last reply ``messages`` holds (1-based).
         n_versions: how many versions the last reply has (1: never regenerated).
+        queued: ``(message id, text)`` of the messages submitted while it loaded: they
+            follow it (a reader that shows the conversation shows them after it).
     """
 
     conversation_id: int
@@ -79,6 +81,7 @@ class HistoryOpened(SessionEvent):
     focus_index: int | None = None
     version: int = 1
     n_versions: int = 1
+    queued: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -445,7 +445,10 @@ class ChatSession:
                 if focus_message_id is not None and focus_message_id in loaded.message_ids:
                     focus = loaded.message_ids.index(focus_message_id)
                 shown, count = (self._version, len(self._versions)) if self._versions else (1, 1)
-                event = HistoryOpened(loaded.id, tuple(loaded.messages), focus, shown, count)
+                waiting = tuple((j.message_id, j.text) for j in self._queue if j.kind == "send")
+                event = HistoryOpened(
+                    loaded.id, tuple(loaded.messages), focus, shown, count, waiting
+                )
             self._work.notify_all()
         if event is not None:
             self._emit(event)

@@ -161,9 +161,14 @@ class ChatApp(ConversationKeys):
             self.exit(return_code=2)
         elif isinstance(event, HistoryOpened):
             self._user_turns.clear()
-            await self.conversation_view.show(
+            view = self.conversation_view
+            await view.show(
                 event.messages, event.focus_index, version_label(event.version, event.n_versions)
             )
+            # Sent while it loaded: they go to this conversation, after its messages.
+            for message_id, text in event.queued:
+                self._user_turns[message_id] = turn = UserTurn(text, queued=True)
+                await view.add(turn, {"role": "user", "content": text})
             self._update_status()
         elif isinstance(event, VersionShown):
             await self.conversation_view.replace_last_exchange(

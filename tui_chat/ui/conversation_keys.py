@@ -83,9 +83,10 @@ class ConversationKeys(App[int]):
     async def _chosen(self, choice: Choice | None) -> None:
         if choice is None:
             return
-        if isinstance(choice, OpenConversation):
-            if not self.session.open_conversation(choice.conversation_id, choice.message_id):
-                self.notify("wait until the reply has ended (Esc stops it)", markup=False)
+        if self.session.busy or self.session.queued():
+            self.notify("wait until the reply has ended (Esc stops it)", markup=False)
+        elif isinstance(choice, OpenConversation):
+            self.session.open_conversation(choice.conversation_id, choice.message_id)
         else:
             await self.action_clear()
 
