@@ -760,9 +760,8 @@ class ChatSession:
         ref, kept, version = reply.ref, reply.kept, reply.version
         reply_saved = reply.saved
         edited = pending[-1] if reply.kind == "edit" else None
-        reply.user_saved = (
-            pending[-1][1] if pending and pending[-1][0]["role"] == "user" else (_SavedMessage())
-        )
+        if pending and pending[-1][0]["role"] == "user":
+            reply.user_saved = pending[-1][1]
 
         def save(store: Store) -> None:
             conversation_id = ref.ensure(store)
