@@ -300,3 +300,20 @@ def test_open_is_refused_while_a_reply_streams(
     assert not session.new_chat() and not session.regenerate()
     session.cancel()
     finished(events)
+
+
+def test_a_remote_continue_asks_the_server_to_carry_the_last_message_on() -> None:
+    from tui_chat.engine.base import SamplingParams
+    from tui_chat.engine.remote import chat_request_body
+
+    asked = [{"role": "user", "content": "q"}]
+    plain = chat_request_body(None, asked, SamplingParams())  # type: ignore[arg-type]
+    assert "continue_final_message" not in plain and "add_generation_prompt" not in plain
+    carried = chat_request_body(
+        None,
+        [*asked, {"role": "assistant", "content": "half"}],  # type: ignore[list-item]
+        SamplingParams(),
+    )
+    assert carried["messages"][-1] == {"role": "assistant", "content": "half"}
+    assert carried["continue_final_message"] is True
+    assert carried["add_generation_prompt"] is False
