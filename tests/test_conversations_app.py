@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from textual.events import Key
 from textual.pilot import Pilot
 
 from tests.conftest import fake_config, wait_for
@@ -356,3 +357,36 @@ async def test_a_message_sent_while_the_conversation_loads_follows_it(history: P
         {"role": "assistant", "content": "a small wallaby"},
         {"role": "user", "content": "typed at start"},
     ]
+
+
+def burst(app: ChatApp, *keys: str) -> None:
+    """Deliver keys all at once, as one read from the terminal does (a fast typist, a
+    paste): none is handled before the next is queued."""
+    driver = app._driver
+    assert driver is not None
+    for key in keys:
+        char = key if len(key) == 1 else None
+        driver.process_message(Key("slash" if key == "/" else key, char))
+
+
+@pytest.mark.parametrize("opener", [("ctrl+o", "/"), ("ctrl+f",)], ids=["slash", "ctrl+f"])
+async def test_keys_typed_right_after_the_search_key_go_into_the_search(
+    history: Path, opener: tuple[str, ...]
+) -> None:
+    save(history, "model-d", [("user", "which deer pull sleds?"), ("assistant", "reindeer")])
+    app = app_with(history)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        if opener[0] == "ctrl+o":
+            screen = await open_list(pilot, app)
+            burst(app, *opener[1:], *"reindeer")
+        else:
+            burst(app, *opener, *"reindeer")
+            await wait_for(lambda: isinstance(app.screen, ConversationsScreen))
+            screen = app.screen  # type: ignore[assignment]
+        # "r", "e", "n", "d" are keys of the list (rename, export, new, delete): typed
+        # right after the search key, they must go into the search all the same.
+        await wait_for(lambda: screen.query_shown == "reindeer")
+        assert isinstance(app.screen, ConversationsScreen)
+        assert "model: reindeer" in screen_text(app)
+        assert app.query_one("#prompt", PromptInput).value == ""

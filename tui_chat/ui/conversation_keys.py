@@ -32,8 +32,10 @@ class ConversationKeys(App[int]):
     """Saved conversations and turn actions: Ctrl+O, Ctrl+F, Ctrl+R, F2, Ctrl+G, F3/F4."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+o", "conversations", "Chats"),
-        Binding("ctrl+f", "conversations(True)", "Search chats", show=False),
+        # Priority: the screen opens as the key arrives, so keys typed right after it
+        # (in the same read from the terminal) go to it, not to the chat's input.
+        Binding("ctrl+o", "conversations", "Chats", priority=True),
+        Binding("ctrl+f", "conversations(True)", "Search chats", show=False, priority=True),
         Binding("ctrl+r", "regenerate", "Regenerate"),
         Binding("f2", "edit_last", "Edit last", show=False),
         Binding("ctrl+g", "continue_reply", "Continue", show=False),
@@ -107,7 +109,7 @@ class ConversationKeys(App[int]):
         prompt = self.query_one("#prompt", PromptInput)
         prompt.value = last["content"]
         prompt.cursor_position = len(prompt.value)
-        prompt.focus()
+        self.set_focus(prompt)
         self.editing = True
         self.notify("editing your last message: Enter sends it again, Esc cancels", markup=False)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
@@ -157,6 +158,9 @@ class ConversationsScreen(Screen[Choice | None]):
         self._wanted = ""
         self._searching: asyncio.Task[None] | None = None
         self._more = True
+        # The user is typing a search: printable keys belong to the search field, also
+        # those that arrive before it has the focus (see on_key).
+        self._typing = search
 
     def compose(self) -> ComposeResult:
         yield Static("Saved conversations", id="heading", markup=False)
@@ -165,9 +169,13 @@ class ConversationsScreen(Screen[Choice | None]):
         yield OptionList(id="rows")
         yield Footer()
 
-    async def on_mount(self) -> None:
+    def on_mount(self) -> None:
         rows = self.query_one("#rows", OptionList)
-        (self.query_one("#search", Input) if self.start_in_search else rows).focus()
+        self.set_focus(self.query_one("#search", Input) if self.start_in_search else rows)
+        # In a worker: this screen's keys must not wait for the first query.
+        self.run_worker(self._first_load(), group="list", exclusive=True)
+
+    async def _first_load(self) -> None:
         self.has_fts = await self._run(lambda store: store.has_fts)
         await self._load_list()
 
@@ -303,14 +311,42 @@ class ConversationsScreen(Screen[Choice | None]):
 
     def action_search(self) -> None:
         """``/``: type a search."""
-        self.query_one("#search", Input).focus()
+        self._typing = True
+        # At once, not on a later turn of the loop as Widget.focus does: the keys typed
+        # right after "/" must land in the field, not in the list's bindings.
+        self.set_focus(self.query_one("#search", Input))
+
+    def on_key(self, event: events.Key) -> None:
+        """Keys that reach the screen, not the search field: ``/`` starts a search here,
+        and a printable key while a search is being typed goes into the field.
+
+        Textual routes each key to the widget that has the focus when the key arrives;
+        keys typed right after ``/`` or Ctrl+F (in the same read from the terminal) are
+        routed before the focus has moved, and would reach the list's keys (``r``,
+        ``d``) or nothing. The field stops the keys it takes itself, so any printable
+        key seen here while typing was not typed into it.
+        """
+        search = self.query_one("#search", Input)
+        if event.key == "slash" and not self._typing:
+            event.stop()
+            event.prevent_default()
+            self.action_search()
+        elif self._typing and event.is_printable and event.character:
+            event.stop()
+            event.prevent_default()
+            self.set_focus(search)
+            search.insert_text_at_cursor(event.character)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        self._typing = event.widget is self.query_one("#search", Input)
 
     def action_back(self) -> None:
         """Esc: clear the search, else back to the chat."""
         search = self.query_one("#search", Input)
         if search.value:
             search.value = ""
-            self.query_one("#rows", OptionList).focus()
+            self._typing = False
+            self.set_focus(self.query_one("#rows", OptionList))
         else:
             self.dismiss(None)
 
