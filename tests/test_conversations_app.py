@@ -390,3 +390,18 @@ async def test_keys_typed_right_after_the_search_key_go_into_the_search(
         assert isinstance(app.screen, ConversationsScreen)
         assert "model: reindeer" in screen_text(app)
         assert app.query_one("#prompt", PromptInput).value == ""
+
+
+async def test_a_short_conversation_opened_at_a_hit_is_on_screen(history: Path) -> None:
+    app = app_with(history)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await open_list(pilot, app, "ctrl+f")
+        await pilot.press(*"mango")
+        await wait_for(lambda: "model: a mango" in screen_text(app))
+        await pilot.press("enter")
+        await wait_for(lambda: not isinstance(app.screen, ConversationsScreen))
+        # Shorter than the view, it sits at the bottom as any chat does (it was drawn
+        # off the screen once: an anchored view's offset, kept after its release).
+        await wait_for(lambda: "a mango" in screen_text(app) and "name a fruit" in screen_text(app))
+        assert len(app.query(".-found")) == 1

@@ -83,7 +83,6 @@ class ConversationView(VerticalScroll):
         self._records: dict[Widget, ChatMessage | None] = {}
         self._versions_label: str | None = None
         self._busy = asyncio.Lock()  # one change of the mounted turns at a time
-        self._edge_pending = False  # scrolled to an edge while a change ran
         self._top = Static("", markup=False, classes="earlier")
         self._bottom = Static("", markup=False, classes="later")
 
@@ -157,20 +156,21 @@ class ConversationView(VerticalScroll):
         self._update_labels()
         await self._mount_versions()
         target = widgets[focus - start] if focus is not None else None
-        if target is None:
-            self.anchor()
-        else:
+        # Anchored: a conversation shorter than the view sits at its bottom, as a
+        # new chat does (Textual keeps it there with a negative scroll offset).
+        self.anchor()
+        if target is not None:
             target.add_class("-found")
-            self.release_anchor()
         self.call_after_refresh(self._settle, target)
         return target
 
     async def _settle(self, target: Widget | None) -> None:
-        """Once laid out: bring the search hit to the top, then mount earlier turns
-        while there is nothing to scroll up with."""
-        if target is not None and target.is_attached:
-            self.scroll_to_widget(target, animate=False, top=True, immediate=True)
+        """Once laid out: mount more turns while there is nothing to scroll (a window
+        shorter than the view), then bring the search hit to the top of the view."""
         await self._fill()
+        if target is not None and target.is_attached and self.max_scroll_y > 0:
+            self.release_anchor()
+            self.scroll_to_widget(target, animate=False, top=True, immediate=True)
 
     def _turn(self, message: ChatMessage) -> Widget:
         if message["role"] == "user":
@@ -265,8 +265,7 @@ class ConversationView(VerticalScroll):
         if not self._earlier:
             return 0
         if self._busy.locked():
-            self._edge_pending = True  # looked at again when the change ends
-            return 0
+            return 0  # the edges are looked at again when the change ends
         async with self._changing():
             take = self._earlier[-self.batch_turns :]
             del self._earlier[-self.batch_turns :]
@@ -288,7 +287,6 @@ class ConversationView(VerticalScroll):
         if not self._later:
             return 0
         if self._busy.locked():
-            self._edge_pending = True
             return 0
         async with self._changing():
             take = self._later[: self.batch_turns]
@@ -299,10 +297,6 @@ class ConversationView(VerticalScroll):
             await self.mount_all(widgets, before=self._bottom)
             self._update_labels()
             await self._mount_versions()
-            if self._later:
-                # Not anchored to the end while more waits below it: the next turns
-                # come when the user scrolls on, not by themselves.
-                self.release_anchor()
             await self._evict(top=True, keep=self.max_mounted + SLACK_TURNS, in_place=True)
             return len(widgets)
 
@@ -318,26 +312,24 @@ class ConversationView(VerticalScroll):
             load = self.load_later
         else:
             return
-        if self._busy.locked():
-            self._edge_pending = True
-        else:
+        if not self._busy.locked():  # else: looked at again when the change ends
             self.call_later(load)
 
     @asynccontextmanager
     async def _changing(self) -> AsyncIterator[None]:
-        """Hold the lock of the mounted turns; afterwards, look at the edges again if
-        the user reached one meanwhile (their scroll found the lock taken)."""
+        """Hold the lock of the mounted turns; once the change is laid out, look at the
+        edges again: the user may have reached one meanwhile (their scroll found the
+        lock taken), and a view anchored to its end moves there without a scroll event."""
         async with self._busy:
             yield
-        if self._edge_pending:
-            self._edge_pending = False
-            self.call_after_refresh(self._check_edges)
+        self.call_after_refresh(self._check_edges)
 
     async def _fill(self) -> None:
-        """Mount earlier turns while the view is at its top: a short window leaves
-        nothing to scroll up with, and a search hit may open there."""
-        while self._earlier and self.is_attached and (self.max_scroll_y <= 0 or self.scroll_y <= 0):
-            if not await self.load_earlier():
+        """Mount more turns while the view cannot scroll: a window shorter than the
+        view leaves nothing to scroll to the others with."""
+        while self.is_attached and self.max_scroll_y <= 0 and (self._earlier or self._later):
+            loaded = await (self.load_earlier() if self._earlier else self.load_later())
+            if not loaded:
                 return
             await asyncio.sleep(0)  # let the new turns be laid out
 
