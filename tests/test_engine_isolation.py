@@ -42,6 +42,8 @@ HEADLESS_MODULES = [
     "tui_chat.sanitize",
     "tui_chat.output",
     "tui_chat.headless",
+    "tui_chat.export",
+    "tui_chat.history_cli",
 ]
 
 

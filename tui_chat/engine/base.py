@@ -303,6 +303,10 @@ class Engine(Protocol):
         An engine may yield :class:`PrefillProgress` events before ``PrefillDone``
         during a long prefill.
 
+        When the last of ``messages`` is an assistant message, the reply continues it
+        (a reply that was stopped or cut): the prompt ends inside that message, with no
+        end-of-turn glue, and only the new tokens are yielded.
+
         Stops by itself after ``params.max_tokens`` tokens or an end-of-generation
         token; the caller may also stop iterating at any time. Returns soon after
         ``cancel`` is set (within one decode step or one prompt batch).

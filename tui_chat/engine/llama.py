@@ -58,7 +58,7 @@ from tui_chat.engine.modelfile import (
     check_model_file,
     checked_metadata,
 )
-from tui_chat.engine.prompt import Prompt, normalize, tokenize_parts
+from tui_chat.engine.prompt import Prompt, content, normalize, tokenize_parts
 from tui_chat.engine.snapshot import (
     Fingerprint,
     NothingToSave,
@@ -370,9 +370,10 @@ class LlamaEngine:
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> tuple[Prompt, list[int]]:
         """Render and tokenise a conversation.
 
-        Message content is plain text: special tokens come only from the template's
-        glue, and the prompt starts with exactly one BOS token when the model wants one
-        (none for a model that adds no BOS).
+        When the last message is an assistant message, the prompt ends inside it (a
+        reply that is continued). Message content is plain text: special tokens come
+        only from the template's glue, and the prompt starts with exactly one BOS token
+        when the model wants one (none for a model that adds no BOS).
 
         Returns:
             The rendered prompt parts and their tokens.
@@ -397,6 +398,14 @@ class LlamaEngine:
         if self.default_system_prompt is not None and all(m["role"] != "system" for m in messages):
             messages = [{"role": "system", "content": self.default_system_prompt}, *messages]
         try:
+            if messages and messages[-1]["role"] == "assistant":
+                # Continue a reply: the prompt ends inside the assistant's turn, with its
+                # text so far and no end-of-turn glue, so the model carries on the same
+                # message. It is the prompt of the conversation before that reply
+                # (which ends with the assistant's turn header) plus the reply's text:
+                # the splice of that reply, so the KV cache is reused to its last token.
+                head = self._template.render(messages[:-1])
+                return normalize((*head, content(messages[-1]["content"])))
             return normalize(self._template.render(messages))
         except (jinja2.TemplateError, ValueError, TypeError, LookupError) as exc:
             # The message may come from the GGUF (a template's raise_exception): quoted.
@@ -423,11 +432,13 @@ class LlamaEngine:
         reserve = min(max_tokens, self.n_ctx // 4)
         msgs = list(messages)
         dropped = 0
+        # The newest message is kept, and with a reply that is continued its question.
+        keep = 2 if msgs and msgs[-1]["role"] == "assistant" else 1
         while True:
             parts, tokens, mark = self._prompt(msgs)
             if len(tokens) + reserve <= self.n_ctx:
                 return parts, tokens, mark, dropped
-            idx = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
+            idx = next((i for i, m in enumerate(msgs[:-keep]) if m["role"] != "system"), None)
             if idx is None:
                 raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
             del msgs[idx]

@@ -17,16 +17,24 @@ from tui_chat.session.events import (
     PrefillFinished,
     PrefillProgressed,
     ReplyFinished,
+    ReplyKind,
     ReplyStarted,
     SessionEvent,
     SnapshotRestored,
     SnapshotSaved,
     State,
+    VersionShown,
 )
-from tui_chat.session.session import ChatSession, TextBatch, prompt_messages
+from tui_chat.session.session import (
+    ChatSession,
+    ConversationChange,
+    TextBatch,
+    prompt_messages,
+)
 
 __all__ = [
     "ChatSession",
+    "ConversationChange",
     "FirstText",
     "HistoryOpened",
     "Listener",
@@ -38,11 +46,13 @@ __all__ = [
     "PrefillFinished",
     "PrefillProgressed",
     "ReplyFinished",
+    "ReplyKind",
     "ReplyStarted",
     "SessionEvent",
     "SnapshotRestored",
     "SnapshotSaved",
     "State",
     "TextBatch",
+    "VersionShown",
     "prompt_messages",
 ]

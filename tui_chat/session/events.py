@@ -26,6 +26,11 @@ was stopped by the user, or the model failed to load."""
 
 Severity = Literal["information", "warning", "error"]
 
+ReplyKind = Literal["send", "regenerate", "edit", "continue"]
+"""Why a reply is computed: a new message (``send``), the last reply again
+(``regenerate``), the last user message edited and sent again (``edit``), or the last
+reply carried on from where it stopped (``continue``)."""
+
 
 @dataclass(frozen=True)
 class SessionEvent:
@@ -57,29 +62,49 @@ class ModelLoadFailed(SessionEvent):
 
 @dataclass(frozen=True)
 class HistoryOpened(SessionEvent):
-    """A saved conversation was loaded (``--resume``); it is now the conversation.
+    """A saved conversation was loaded (``--resume``, or
+    :meth:`ChatSession.open_conversation`); it is now the conversation.
 
     Attributes:
         conversation_id: its id in the history database.
         messages: its messages, oldest first (copies; raw text, show it sanitized).
+        focus_index: the index in ``messages`` of the message to show first (a search
+            hit), or None for the end of the conversation.
+        version: which version of the last reply ``messages`` holds (1-based).
+        n_versions: how many versions the last reply has (1: never regenerated).
+        queued: ``(message id, text)`` of the messages submitted while it loaded: they
+            follow it (a reader that shows the conversation shows them after it).
     """
 
     conversation_id: int
     messages: tuple[ChatMessage, ...]
+    focus_index: int | None = None
+    version: int = 1
+    n_versions: int = 1
+    queued: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class ReplyStarted(SessionEvent):
-    """A queued user message was taken: it joined the conversation and its reply
-    begins.
+    """A queued request was taken: a reply begins. For ``send``, the user message
+    joined the conversation; for ``regenerate`` and ``edit`` the last reply left it (it
+    is kept as an earlier version); for ``continue`` the last reply is carried on.
 
     Attributes:
         reply_id: identifies the reply in later events and in :meth:`ChatSession.drain`.
-        message_id: the id :meth:`ChatSession.submit` returned for the user message.
+        message_id: the id :meth:`ChatSession.submit` (or the turn action) returned.
+        kind: why the reply is computed (see :data:`ReplyKind`).
+        text: ``edit``: the new text of the user message; ``continue``: the reply so
+            far, which the drained text extends (raw: show it sanitized); else "".
+        version: the version of the last reply this one becomes (``regenerate``,
+            ``edit``; 1 otherwise).
     """
 
     reply_id: int
     message_id: int
+    kind: ReplyKind = "send"
+    text: str = ""
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -174,7 +199,13 @@ class ReplyFinished(SessionEvent):
         error: one line for the user when ``reason == "error"`` (show it sanitized).
         stats: the final numbers.
         empty: the reply held no text but whitespace (replay case C29); nothing was
-            added to the conversation or the history.
+            added to the conversation or the history. A ``regenerate`` or ``edit``
+            that ends empty puts the version it replaced back (a
+            :class:`VersionShown` follows).
+        kind: why the reply was computed (see :data:`ReplyKind`); for ``continue``,
+            ``text`` is the whole reply, the earlier part included.
+        version: which version of the last reply this is (1-based).
+        n_versions: how many versions the last reply now has.
     """
 
     reply_id: int
@@ -183,6 +214,27 @@ class ReplyFinished(SessionEvent):
     error: str | None
     stats: StatsSnapshot
     empty: bool = False
+    kind: ReplyKind = "send"
+    version: int = 1
+    n_versions: int = 1
+
+
+@dataclass(frozen=True)
+class VersionShown(SessionEvent):
+    """The last exchange of the conversation changed to another version
+    (:meth:`ChatSession.show_version`, or a failed regenerate put the old one back).
+
+    Attributes:
+        user: the user message of that version (raw text).
+        reply: the reply of that version (raw text; ``interrupted`` as saved).
+        version: its number (1-based).
+        n_versions: how many versions there are.
+    """
+
+    user: str
+    reply: ChatMessage
+    version: int
+    n_versions: int
 
 
 @dataclass(frozen=True)

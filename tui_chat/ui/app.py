@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine
@@ -41,11 +40,14 @@ from tui_chat.session import (
     ReplyFinished,
     ReplyStarted,
     SessionEvent,
+    VersionShown,
 )
 from tui_chat.session.events import Severity
+from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
 from tui_chat.ui.screens.settings import open_settings
+from tui_chat.ui.widgets.conversation import MAX_MOUNTED_TURNS, ConversationView, version_label
 from tui_chat.ui.widgets.prompt import PromptInput
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
@@ -53,21 +55,16 @@ from tui_chat.ui.widgets.turns import (
     INTERRUPTED_NOTE,
     AssistantTurn,
     UserTurn,
-    note_for,
 )
 
-# Finished turns beyond this many are unmounted (they stay in the conversation and the
-# saved history): every mounted widget costs layout time on each height change and
-# memory (about 150 kB a turn with Textual 8.2.8; at 80 turns RSS grew 1.25x from turn
-# 10 to turn 200, issue 3's bench).
-MAX_MOUNTED_TURNS = 40
+__all__ = ["MAX_MOUNTED_TURNS", "ChatApp", "make_app"]
 
 CLOSE_TIMEOUT_S = 0.6
 """At exit, the longest wait for the reply in flight and the history to be saved
 (the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
 
 
-class ChatApp(App[int]):
+class ChatApp(ConversationKeys):
     """The chat application. Build it with :func:`make_app`.
 
     Attributes:
@@ -117,7 +114,6 @@ class ChatApp(App[int]):
         self.n_replies_shown = 0
         self._user_turns: dict[int, UserTurn] = {}
         self._live: tuple[int, AssistantTurn] | None = None
-        self._unmounted = 0  # turns taken off the screen to bound the widget tree
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
         self.engine_factory: EngineFactory = default_engine_factory
@@ -125,7 +121,7 @@ class ChatApp(App[int]):
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="conversation")
+        yield ConversationView(id="conversation", saved=self.session.storage is not None)
         yield self._status
         yield PromptInput(placeholder="Type a message, Enter to send", id="prompt")
         yield Footer()
@@ -138,7 +134,7 @@ class ChatApp(App[int]):
             # footer's key labels bright red on bright black, equally light in xterm's
             # palette (contrast 1.0, unreadable). Textual's ANSI theme is made for this.
             self.theme = "ansi-dark"
-        self.query_one("#conversation", VerticalScroll).anchor()
+        self.query_one("#conversation", ConversationView).anchor()
         self.query_one("#prompt", PromptInput).focus()
         self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
         self._update_status()
@@ -184,30 +180,38 @@ class ChatApp(App[int]):
             self.load_error = event.error
             self.exit(return_code=2)
         elif isinstance(event, HistoryOpened):
-            await self._show_history(event.messages)
+            self._user_turns.clear()
+            view = self.conversation_view
+            await view.show(
+                event.messages, event.focus_index, version_label(event.version, event.n_versions)
+            )
+            # Sent while it loaded: they go to this conversation, after its messages.
+            for message_id, text in event.queued:
+                self._user_turns[message_id] = turn = UserTurn(text, queued=True)
+                await view.add(turn, {"role": "user", "content": text})
+            self._update_status()
+        elif isinstance(event, VersionShown):
+            await self.conversation_view.replace_last_exchange(
+                event.user, event.reply, version_label(event.version, event.n_versions)
+            )
         elif isinstance(event, Notice):
             self.notice(event.text, event.severity)
-
-    async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
-        view = self.query_one("#conversation", VerticalScroll)
-        shown = [m for m in messages if m["role"] != "system"]
-        self._unmounted = max(0, len(shown) - MAX_MOUNTED_TURNS)
-        if self._unmounted:
-            self._show_unmounted(view)
-        await view.mount_all(
-            UserTurn(m["content"])
-            if m["role"] == "user"
-            else AssistantTurn(m["content"], note_for(m))
-            for m in shown[-MAX_MOUNTED_TURNS:]
-        )
 
     async def _reply_started(self, event: ReplyStarted) -> None:
         user_turn = self._user_turns.pop(event.message_id, None)
         if user_turn is not None:
             user_turn.remove_class("-queued")
+        view = self.conversation_view
+        if event.kind in ("regenerate", "continue", "edit"):
+            await view.remove_last(AssistantTurn)  # replaced (kept as a version) or carried on
+        if event.kind == "edit":
+            await view.remove_last(UserTurn)
+            await view.add(UserTurn(event.text), {"role": "user", "content": event.text})
         turn = AssistantTurn()
         self._live = (event.reply_id, turn)
-        await self._mount_turn(turn)
+        await view.add(turn)
+        if event.kind == "continue":
+            turn.paint(event.text)
         self._update_status()
 
     async def _reply_finished(self, event: ReplyFinished) -> None:
@@ -229,6 +233,14 @@ class ChatApp(App[int]):
             note = f"{INTERRUPTED_NOTE} before any text"
         self._live = None
         await turn.finish(event.text, sanitize(note) if note else None)
+        if not event.empty:
+            message: ChatMessage = {"role": "assistant", "content": event.text}
+            if event.reason in ("cancelled", "error"):
+                message["interrupted"] = True
+            self.conversation_view.record(turn, message)
+            await self.conversation_view.set_versions(
+                version_label(event.version, event.n_versions)
+            )
         if event.reason == "error":
             self.notice(event.error or "error", "error")
         self.last_reply = event
@@ -240,32 +252,15 @@ class ChatApp(App[int]):
         text = event.text.strip()
         if not text:
             return
+        if self.editing:
+            self.send_edit(text)
+            return
         queued = self.session.busy or self.session.model_info is None
         turn = UserTurn(text, queued=queued)
         message_id = self.session.submit(text)
         if queued:
             self._user_turns[message_id] = turn
-        await self._mount_turn(turn)
-
-    async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
-        view = self.query_one("#conversation", VerticalScroll)
-        await view.mount(widget)
-        turns = view.query(".turn")
-        excess = list(turns)[: max(0, len(turns) - MAX_MOUNTED_TURNS)]
-        if excess:
-            self._unmounted += len(excess)
-            await view.remove_children(excess)
-            self._show_unmounted(view)
-
-    def _show_unmounted(self, view: VerticalScroll) -> None:
-        """Say at the top how many earlier messages are not shown."""
-        text = f"… {self._unmounted} earlier messages are not shown (they stay in the context"
-        text += " and the saved history)" if self.session.storage is not None else ")"
-        labels = view.query(".earlier")
-        if labels:
-            labels.first(Static).update(text)
-        else:
-            view.mount(Static(text, markup=False, classes="earlier"), before=0)
+        await self.conversation_view.add(turn, {"role": "user", "content": text})
 
     # -------------------------------------------------------------- painting
     async def _paint_tick(self) -> None:
@@ -315,11 +310,12 @@ class ChatApp(App[int]):
         turns)."""
         if action == "interrupt":
             return self.session.busy
-        return True
+        return super().check_action(action, parameters)
 
     def action_stop_reply(self) -> None:
-        """Esc: stop the reply that is streaming (no-op when idle)."""
-        self.session.cancel()
+        """Esc: stop the reply that is streaming; else leave editing the last message."""
+        if not self.session.cancel():
+            self.cancel_edit()
 
     def action_interrupt(self) -> None:
         """Ctrl+C while a reply streams: stop it (the app stays open, case C09)."""
@@ -368,8 +364,7 @@ class ChatApp(App[int]):
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
         if not self.session.new_chat():
             return
-        await self.query_one("#conversation", VerticalScroll).remove_children()
-        self._unmounted = 0
+        await self.conversation_view.clear()
         self._user_turns.clear()
         self._update_status()
 
