@@ -3,10 +3,11 @@ waits", print a table and write ``bench/results.json``.
 
 Each group of scenarios runs in its own Python process (``python -m bench --group G``)
 so that one group's memory, threads and caches cannot colour another's numbers (the
-RSS ratio above all). Groups: ``real`` (the bundled GGUF), ``fast``, ``keys``,
-``locked``, ``long``, ``rss`` and ``naive`` (the fake engine), ``remote`` (the bundled
-GGUF behind llama-cpp-python's server on loopback), ``models`` (the model picker and
-a switch between the two bundled models). A failed group leaves its keys
+RSS ratio above all). Groups: ``real`` and ``resume`` (the bundled GGUF), ``fast``,
+``keys``, ``locked``, ``long``, ``rss`` and ``naive`` (the fake engine), ``remote`` (the
+bundled GGUF behind llama-cpp-python's server on loopback), ``models`` (the model picker
+and a switch between the two bundled models), ``convos`` (a 100,000-message history:
+open and search). A failed group leaves its keys
 ``null`` and the run goes on; the exit status is then 1.
 
 See the README's "Benchmark and traces" section for how to read the
@@ -31,7 +32,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
-GROUPS = ("real", "fast", "keys", "locked", "long", "rss", "naive", "remote", "models")
+GROUPS = (
+    "real", "resume", "fast", "keys", "locked", "long", "rss", "naive", "remote", "models",
+    "convos",
+)  # fmt: skip
 GROUP_TIMEOUT_S = 420
 NAIVE_TIME_LIMIT_S = 5.0
 """The naive pattern cannot keep up with 2000 tokens/s; each run stops after this long."""
@@ -78,11 +82,15 @@ GOALS = [
     Goal("turn2_prefill_ratio", "==", _fixed(1.0), "== 1.0"),
     Goal("long_reply_paint_ratio", "<=", _fixed(2), "<= 2"),
     Goal("rss_growth_ratio", "<=", _fixed(1.2), "<= 1.2"),
+    Goal("resume_speedup", ">=", _fixed(10), ">= 10"),
+    Goal("resume_vs_warm_ratio", "<=", _fixed(1.5), "<= 1.5"),
     Goal("naive_loop_lag_p99_ms", "", _fixed(math.nan), "reported beside ours"),
     Goal("remote_throughput_ratio", ">=", _fixed(0.97), ">= 0.97"),
     Goal("remote_cancel_ms", "", _fixed(math.nan), "reported (see details)"),
     Goal("switch_loop_lag_p99_ms", "<=", _fixed(16), "<= 16"),
     Goal("model_switch_ms", "", _fixed(math.nan), "reported"),
+    Goal("open_1000_ms", "<=", _fixed(300), "<= 300"),
+    Goal("search_100k_ms", "<=", _fixed(100), "<= 100"),
 ]
 
 
@@ -113,6 +121,15 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         return await remote_runs.remote_group(
             model, rounds=1 if quick else 5, n_cancel=3 if quick else 8
         )
+    if group == "resume":
+        from bench import resume_runs
+        from tui_chat.paths import gemma_model_path
+
+        # Gemma 3 270M, as issue 13's figures (3.7 s for a 2,000-token history).
+        model = gemma_model_path()
+        if not model.exists():
+            raise RuntimeError(f"the bundled model is not at {model}: run 'make models'")
+        return resume_runs.resume_group(model, rounds=1 if quick else 3)
     if group == "models":
         from bench import model_runs
 
@@ -128,6 +145,10 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
             "locked_db_keystroke_max_ms": locked["keystroke_latency_max_ms"],
             "locked_db_c05_exact": locked["c05_exact"],
         }
+    if group == "convos":
+        from bench import convos_runs
+
+        return await convos_runs.convos_group(3 if quick else 7)
     if group == "long":
         return await fake_runs.long_group(1 if quick else 2, interval)
     if group == "rss":

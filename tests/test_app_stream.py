@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 from textual.widgets._markdown import MarkdownBlock
 
 from tests.conftest import fake_config, wait_for
@@ -19,6 +20,7 @@ from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.widgets.composer import Composer
+from tui_chat.ui.widgets.conversation import SLACK_TURNS, ConversationView
 from tui_chat.ui.widgets.turns import AssistantTurn
 
 SIZE = (100, 30)
@@ -159,11 +161,18 @@ async def test_unbounded_conversation_keeps_a_bounded_widget_tree() -> None:
         await pilot.pause()
         assert len(app.session.messages()) == 2 * n_turns  # nothing lost from the chat
         assert len(app.query(".turn")) <= MAX_MOUNTED_TURNS
-        view = app.query_one("#conversation")
-        view.scroll_home(animate=False)
-        await pilot.pause()
+        view = app.query_one("#conversation", ConversationView)
         n_hidden = 2 * n_turns - MAX_MOUNTED_TURNS
-        assert f"… {n_hidden} earlier messages are not shown" in screen_text(app)
+        assert view.n_earlier == n_hidden
+        assert f"↑ {n_hidden} earlier messages" in str(view.query_one(".earlier", Static).render())
+        # Scrolled to the top, the unmounted turns come back a batch at a time.
+        for _ in range(20):
+            view.scroll_home(animate=False)
+            await pilot.pause()
+            if "q0" in screen_text(app):
+                break
+        assert "q0" in screen_text(app) and view.n_earlier == 0
+        assert len(app.query(".turn")) <= MAX_MOUNTED_TURNS + SLACK_TURNS
 
 
 async def test_message_typed_while_loading_is_sent_when_loaded() -> None:

@@ -19,6 +19,7 @@ from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.store import Store
 from tui_chat.ui.app import ChatApp, make_app
+from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.screens.help import KEYS, HelpScreen
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
@@ -209,7 +210,7 @@ def key_name(key: str) -> str:
 
 def test_the_help_names_every_key_of_the_app() -> None:
     written = " ".join(f"{key} {what}" for _section, rows in KEYS for key, what in rows)
-    for binding in ChatApp.BINDINGS:
+    for binding in [*ChatApp.BINDINGS, *ConversationKeys.BINDINGS]:
         assert isinstance(binding, Binding)
         for key in binding.key.split(","):
             assert key_name(key) in written, f"{key} ({binding.description}) not in the help"

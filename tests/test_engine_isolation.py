@@ -28,6 +28,9 @@ HEADLESS_MODULES = [
     "tui_chat.engine.native_log",
     "tui_chat.engine.remote",
     "tui_chat.engine.sse",
+    "tui_chat.engine.snapshot",
+    "tui_chat.engine.splice",
+    "tui_chat.kvcache",
     "tui_chat.session",
     "tui_chat.store",
     "tui_chat.storage",
@@ -39,6 +42,8 @@ HEADLESS_MODULES = [
     "tui_chat.sanitize",
     "tui_chat.output",
     "tui_chat.headless",
+    "tui_chat.export",
+    "tui_chat.history_cli",
 ]
 
 
@@ -54,11 +59,23 @@ def test_headless_module_imports_no_ui_libraries(module: str) -> None:
     assert out.stdout.strip() == ""
 
 
-def test_remote_engine_imports_nothing_from_the_app() -> None:
-    """The remote engine needs only the engine package (and httpx): no UI, store or paths."""
+ENGINE_MODULES = [
+    "tui_chat.engine.remote",
+    "tui_chat.engine.llama",
+    "tui_chat.engine.prompt",
+    "tui_chat.engine.snapshot",
+    "tui_chat.engine.splice",
+]
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
+def test_engine_module_imports_nothing_from_the_app(module: str) -> None:
+    """An engine module needs only the engine package (and its libraries): no UI, no
+    session, store, paths or KV snapshot cache (``tui_chat.kvcache`` uses the engine,
+    never the other way round)."""
     code = (
-        NO_HTTPX_CLI + "import sys\n"
-        "import tui_chat.engine.remote\n"
+        NO_HTTPX_CLI + "import importlib, sys\n"
+        f"importlib.import_module({module!r})\n"
         "bad = sorted(m for m in sys.modules if m.startswith('tui_chat.')\n"
         "             and not m.startswith('tui_chat.engine'))\n"
         "bad += sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"

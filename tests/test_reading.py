@@ -153,16 +153,16 @@ async def test_c_copies_the_selected_reply_as_markdown_source() -> None:
         assert app.clipboard == "code please"
 
 
-async def test_ctrl_o_copies_the_last_reply_when_no_turn_is_selected() -> None:
+async def test_ctrl_y_copies_the_last_reply_when_no_turn_is_selected() -> None:
     engine = FakeEngine([paced(["first reply", EOG], 0), paced(["second reply", EOG], 0)])
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await ready(app)
-        await pilot.press("ctrl+o")
+        await pilot.press("ctrl+y")
         await wait_for(lambda: "no reply to copy" in screen_text(app))
         await exchange(app, pilot, "one", 1)
         await exchange(app, pilot, "two", 2)
-        await pilot.press("ctrl+o")
+        await pilot.press("ctrl+y")
         assert app.clipboard == "second reply"
         await wait_for(lambda: "copied reply 2 (12 chars)" in screen_text(app))
 
@@ -188,7 +188,7 @@ async def test_a_copy_over_the_size_guard_is_not_sent() -> None:
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await ready(app)
         await exchange(app, pilot, "a lot", 1)
-        await pilot.press("ctrl+o")
+        await pilot.press("ctrl+y")
         await wait_for(lambda: "was not copied" in screen_text(app))
         assert not app.clipboard
 

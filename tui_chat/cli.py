@@ -1,4 +1,5 @@
-"""Command line: parse flags, then run the TUI or headless mode. Exit codes:
+"""Command line: parse flags, then run the TUI or headless mode; ``tui-chat list``,
+``export`` and ``trace-report`` are commands of their own. Exit codes:
 
 0 success; 1 a reply failed in headless mode; 2 bad start-up input (flag, model file,
 terminal); 130 interrupted by Ctrl+C in headless mode.
@@ -74,6 +75,18 @@ def _unit_float(text: str) -> float:
 _UNSET = argparse.SUPPRESS
 
 
+def _conversation_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a conversation id (tui-chat list shows them), got {text!r}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``--help`` names the native log file.
 
@@ -87,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with a local GGUF model in the terminal (llama.cpp inside).",
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
-            f"{sanitize(str(native_log_path()))}. Keys: Enter send, Esc or Ctrl+C stop the reply, "
-            "Ctrl+L new chat, F2 settings, F3 models, Ctrl+Q quit."
+            f"{sanitize(str(native_log_path()))}. Keys: Enter send, Ctrl+J new line, Esc or "
+            "Ctrl+C stop the reply, Ctrl+L new chat, Ctrl+O saved chats, F2 settings, F3 "
+            "models, F1 every key, Ctrl+Q quit. "
+            "Also: tui-chat list, tui-chat export ID --format md|json, tui-chat cache."
         ),
     )
     p.add_argument(
@@ -163,7 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"default {defaults.repeat_penalty}",
     )
     p.add_argument("--seed", type=int, default=_UNSET, help="-1 = random (the default)")
-    p.add_argument("--resume", action="store_true", help="reopen the newest saved conversation")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_conversation_id,
+        metavar="ID",
+        help="reopen the newest saved conversation, or conversation ID (tui-chat list shows them)",
+    )
     p.add_argument(
         "--no-history",
         action="store_true",
@@ -374,6 +397,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tui_chat.tracing.report import trace_report_main
 
         return trace_report_main(argv[1:])
+    if argv and argv[0] == "cache":
+        from tui_chat.kvcache import SnapshotCache, cache_main
+
+        try:
+            limit_bytes = load_config().kv_cache_limit_bytes  # config file, environment
+        except ConfigError as exc:
+            say(str(exc))
+            return 2
+        return cache_main(argv[1:], SnapshotCache(limit_bytes=limit_bytes))
+    if argv and argv[0] in ("list", "export"):
+        from tui_chat.history_cli import export_main, list_main
+
+        return (list_main if argv[0] == "list" else export_main)(argv[1:])
     try:
         config, prompt = parse_config(argv)
         replay_path, replay_speed = _replay_options(argv)

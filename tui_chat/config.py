@@ -58,7 +58,8 @@ class Config:
         render_interval_ms: paint timer period in milliseconds (60-100 recommended).
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
-        resume: reopen the newest saved conversation (``--resume``).
+        resume: reopen a saved conversation: True for the newest (``--resume``), a
+            conversation id (``--resume ID``), False for none.
         raw: headless output passes the model's text through unsanitized (``--raw``).
         api_base: an OpenAI-compatible server's API root (``--api-base``); set, it
             replaces the embedded llama.cpp engine.
@@ -85,7 +86,7 @@ class Config:
     render_interval_ms: int = 80
     trace: Path | None = None
     history: bool = True
-    resume: bool = False
+    resume: bool | int = False
     raw: bool = False
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -94,6 +95,11 @@ class Config:
     model_dirs: tuple[Path, ...] = ()
     kv_cache_limit_mb: int = 2048
     origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def kv_cache_limit_bytes(self) -> int:
+        """:attr:`kv_cache_limit_mb` in bytes."""
+        return self.kv_cache_limit_mb * 1024 * 1024
 
 
 API_KEY_VARIABLES = ("TUI_CHAT_API_KEY", "OPENAI_API_KEY")

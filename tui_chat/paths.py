@@ -31,6 +31,12 @@ def history_path() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "history.db"
 
 
+def kv_cache_dir() -> Path:
+    """Where KV snapshots are kept (``$XDG_CACHE_HOME/tui-chat/kv`` on Linux); see
+    :mod:`tui_chat.kvcache`."""
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / "kv"
+
+
 def native_log_path() -> Path:
     """The file llama.cpp's native log lines are written to."""
     return state_dir() / "llama.log"

@@ -6,17 +6,50 @@ A :class:`Store` is used by one thread only: the storage thread of
 Messages are stored raw, exactly as the model wrote them (escape sequences included):
 what is made safe is the painting, never the record (replay case C22).
 
-Schema version 2 (``PRAGMA user_version``)::
+The database schema, version 3 (``PRAGMA user_version``)::
 
-    conversations(id, created_at, model)
-    messages(id, conversation_id, role, content, interrupted, partial, created_at)
+    conversations(id, created_at, model, title, updated_at)
+        title       NULL until the user renames it; lists show the first user
+                    message instead
+        updated_at  time of the newest message (or version) saved in it; lists are
+                    ordered by it (index conversations_by_update)
+    messages(id, conversation_id, role, content, interrupted, partial, created_at,
+             version)
+        role        system, user or assistant
+        interrupted the user stopped the reply (its partial text is kept)
+        partial     the reply was still streaming when last saved (see below)
+        version     which version of this reply is the one in the conversation
+                    (1 unless the reply was regenerated or its question edited)
+        index messages_by_conversation(conversation_id, id)
+    message_versions(id, message_id, n, user_content, content, interrupted,
+                     created_at)
+        the other versions of a reply (regenerate, edit-and-resend): version n of
+        message message_id, with the user message it answered (user_content). The
+        version in use lives in messages; a row here for that n may be stale.
+        UNIQUE(message_id, n); deleted with the message.
     conversation_settings(conversation_id, json)
+        the conversation's own system prompt and sampling (JSON, checked again
+        when read: tui_chat.config.ChatSettings); absent: the run's settings.
+    messages_fts(content)
+        an FTS5 index of messages.content (external content, rowid = messages.id),
+        kept current by the triggers messages_fts_insert/_delete/_update. Search
+        matches every word of the query as a word prefix (unicode61 tokenizer,
+        diacritics folded).
+
+Times are seconds since the epoch (``time.time()``). Deleting a conversation
+deletes its messages and their versions (foreign keys, ``ON DELETE CASCADE``).
 
 ``partial = 1`` marks a reply that was still streaming when it was last saved. A
 reply in flight is saved at least once a second; when the process is killed before
 the reply ends (SIGKILL, power loss), the next start turns such rows into interrupted
-replies (:meth:`Store.recover_partial`). Version 1 files (no ``partial`` column) are
-upgraded in place.
+replies (:meth:`Store.recover_partial`).
+
+Files of versions 1 and 2 are upgraded in place (:func:`_migrate`). The upgrade checks
+each table, column, index and trigger rather than trusting ``user_version`` alone, so
+running it twice, or on a file another build already upgraded in part, does nothing
+wrong. A Python whose SQLite lacks FTS5 runs without the index: its triggers are
+dropped so that writes still work, search falls back to ``LIKE`` (slower; the search
+screen says so), and the next start with FTS5 rebuilds the index.
 
 ``conversation_settings`` holds a conversation's own system prompt and sampling, as
 JSON (:class:`tui_chat.config.ChatSettings`), once the user has changed them in the
@@ -32,6 +65,7 @@ in the background (replay case C26).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -39,15 +73,19 @@ from pathlib import Path
 
 from tui_chat.engine.base import ChatMessage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 0.25
 """How long one SQLite call waits for another process's lock before it raises."""
 
-_SCHEMA = """
+# New files get every table and column at once; older files get the missing ones from
+# _migrate (CREATE TABLE IF NOT EXISTS adds no column to an existing table).
+_TABLES = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     created_at REAL NOT NULL,
-    model TEXT NOT NULL DEFAULT ''
+    model TEXT NOT NULL DEFAULT '',
+    title TEXT,
+    updated_at REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -56,14 +94,227 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     interrupted INTEGER NOT NULL DEFAULT 0,
     partial INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1
 );
-CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS message_versions (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    n INTEGER NOT NULL,
+    user_content TEXT,
+    content TEXT NOT NULL,
+    interrupted INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    UNIQUE (message_id, n)
+);
 CREATE TABLE IF NOT EXISTS conversation_settings (
     conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
     json TEXT NOT NULL
 );
 """
+
+# Added to existing tables by _migrate: (table, column, definition).
+_COLUMNS = (
+    ("messages", "partial", "INTEGER NOT NULL DEFAULT 0"),  # schema 2
+    ("messages", "version", "INTEGER NOT NULL DEFAULT 1"),  # schema 3
+    ("conversations", "title", "TEXT"),
+    ("conversations", "updated_at", "REAL NOT NULL DEFAULT 0"),
+)
+
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE INDEX IF NOT EXISTS conversations_by_update ON conversations(updated_at, id);
+"""
+
+_FTS_TABLE = (
+    "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', "
+    "content_rowid='id', tokenize='unicode61 remove_diacritics 2')"
+)
+_FTS_TRIGGERS = {
+    "messages_fts_insert": """
+CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END""",
+    "messages_fts_delete": """
+CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END""",
+    "messages_fts_update": """
+CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END""",
+}
+
+TITLE_CHARS = 200
+"""Longest title read for a list row (characters; the first user message may be long)."""
+LINE_CHARS = 240
+"""Longest matching line of a search hit (characters)."""
+_HIT_START, _HIT_END = "\x02", "\x03"
+"""Marks around matched words in FTS5 ``snippet()`` output (taken out again)."""
+
+
+def fts5_available(db: sqlite3.Connection) -> bool:
+    """True when this SQLite has the FTS5 extension (the stdlib build usually has)."""
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
+    except sqlite3.OperationalError:
+        return False
+    db.execute("DROP TABLE temp.fts5_probe")
+    return True
+
+
+def _names(db: sqlite3.Connection, kind: str) -> set[str]:
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = ?", (kind,))}
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a script without triggers (``executescript`` would commit the
+    caller's transaction first)."""
+    return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def _migrate(db: sqlite3.Connection, use_fts: bool) -> None:
+    """Bring any file of schema 1-3 to schema 3, in place, inside the caller's transaction.
+
+    Each step checks what exists (tables, columns, indexes, triggers) instead of trusting
+    ``user_version``, so it can run any number of times, also on a file that another
+    branch's migration touched first.
+    """
+    for statement in _statements(_TABLES):
+        db.execute(statement)
+    for table, column, definition in _COLUMNS:
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in columns:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    # Conversations from schema 1-2 have no updated_at: the time of their newest message.
+    db.execute(
+        "UPDATE conversations SET updated_at = COALESCE("
+        "(SELECT max(created_at) FROM messages WHERE conversation_id = conversations.id),"
+        " created_at) WHERE updated_at = 0"
+    )
+    for statement in _statements(_INDEXES):
+        db.execute(statement)
+    tables, triggers = _names(db, "table"), _names(db, "trigger")
+    if not use_fts:
+        # Without FTS5 the triggers would make every write fail ("no such module").
+        for name in _FTS_TRIGGERS:
+            db.execute(f"DROP TRIGGER IF EXISTS {name}")
+        return
+    if "messages_fts" not in tables:
+        db.execute(_FTS_TABLE)
+    if not set(_FTS_TRIGGERS) <= triggers:
+        # Missing triggers mean the index may lag behind the messages (a new table, or
+        # a start without FTS5 dropped them): index everything again.
+        for sql in _FTS_TRIGGERS.values():
+            db.execute(sql)
+        db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One row of the conversation list.
+
+    Attributes:
+        id: the conversation's id.
+        created_at: when it started (seconds since the epoch).
+        updated_at: when its newest message was saved (seconds since the epoch).
+        model: the model it was started with (raw text from the file).
+        title: the user's name for it, else its first user message, on one line, at
+            most :data:`TITLE_CHARS` characters (raw text: show it sanitized).
+        renamed: the title is the user's own.
+        n_messages: its messages (system prompt included).
+    """
+
+    id: int
+    created_at: float
+    updated_at: float
+    model: str
+    title: str
+    renamed: bool
+    n_messages: int
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One message that matches a search.
+
+    Attributes:
+        message_id: the message's row id.
+        conversation_id: its conversation.
+        role: ``user``, ``assistant`` or ``system``.
+        line: the line of the message that holds the match, cut to about
+            :data:`LINE_CHARS` characters around it (raw text: show it sanitized).
+        spans: ``(start, end)`` character ranges of ``line`` that matched.
+        title: the conversation's title (as :attr:`ConversationSummary.title`).
+        created_at: when the message was saved.
+    """
+
+    message_id: int
+    conversation_id: int
+    role: str
+    line: str
+    spans: tuple[tuple[int, int], ...]
+    title: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """One version of a reply (regenerated, or answering an edited question).
+
+    Attributes:
+        n: its number, 1-based.
+        user_content: the user message it answered.
+        content: the reply (raw text).
+        interrupted: the user stopped it.
+    """
+
+    n: int
+    user_content: str
+    content: str
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class LoadedConversation:
+    """A conversation as :meth:`Store.load` reads it.
+
+    Attributes:
+        id: its id.
+        message_ids: the row id of each message, in order.
+        messages: its messages, oldest first (raw text).
+        versions: every version of its last reply, by number (empty when the last
+            reply has only one, or the conversation ends with a user message).
+        version: the number of the version in ``messages``.
+    """
+
+    id: int
+    message_ids: tuple[int, ...]
+    messages: tuple[ChatMessage, ...]
+    versions: tuple[StoredVersion, ...] = ()
+    version: int = 1
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` with runs of whitespace (newlines included) as one space, cut to
+    ``limit`` characters (an ellipsis marks the cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def fts_query(text: str) -> str | None:
+    """An FTS5 query that matches messages holding every word of ``text`` as a prefix.
+
+    Each word is quoted, so FTS5 operators and punctuation the user types (``AND``,
+    ``"``, ``*``, ``-``, ``:``) are searched for as words, never parsed. None when
+    ``text`` has no word characters.
+    """
+    words = re.findall(r"\w+", text)
+    if not words:
+        return None
+    return " ".join(f'"{w}"*' for w in words)
+
 
 _ROLES = frozenset({"system", "user", "assistant"})
 MAX_MESSAGE_CHARS = 16 * 1024 * 1024
@@ -146,6 +397,60 @@ def open_store(path: Path) -> OpenedStore:
         return OpenedStore(None, f"{exc}; this chat will not be saved")
 
 
+def _marked_line(snippet: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The line of an FTS5 snippet that holds the first match, without the marks, and
+    where the matches are in it."""
+    first = snippet.find(_HIT_START)
+    start = snippet.rfind("\n", 0, max(first, 0)) + 1
+    end = snippet.find("\n", max(first, 0))
+    line = snippet[start : len(snippet) if end < 0 else end]
+    plain: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    opened: int | None = None
+    for ch in line:
+        if ch == _HIT_START:
+            opened = pos
+        elif ch == _HIT_END:
+            if opened is not None and pos > opened:
+                spans.append((opened, pos))
+            opened = None
+        else:
+            plain.append(ch)
+            pos += 1
+    return _cut("".join(plain), spans)
+
+
+def _line_with(content: str, words: list[str]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The line of ``content`` that holds the first of ``words`` (case-insensitive), and
+    where each word is in it (the ``LIKE`` search)."""
+    low = content.lower()
+    at = low.find(words[0].lower())
+    start = low.rfind("\n", 0, max(at, 0)) + 1
+    end = low.find("\n", max(at, 0))
+    line = content[start : len(content) if end < 0 else end]
+    spans: list[tuple[int, int]] = []
+    low_line = line.lower()
+    for word in words:
+        w = word.lower()
+        i = low_line.find(w)
+        while i >= 0 and w:
+            spans.append((i, i + len(w)))
+            i = low_line.find(w, i + len(w))
+    return _cut(line, sorted(spans))
+
+
+def _cut(line: str, spans: list[tuple[int, int]]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """Cut ``line`` to about :data:`LINE_CHARS` characters around its first match."""
+    if len(line) <= LINE_CHARS:
+        return line, tuple(spans)
+    first = spans[0][0] if spans else 0
+    start = max(0, min(first - LINE_CHARS // 3, len(line) - LINE_CHARS))
+    end = start + LINE_CHARS
+    kept = tuple((a - start, b - start) for a, b in spans if a >= start and b <= end)
+    return line[start:end], kept
+
+
 class _Damaged(HistoryError):
     """The file is not a SQLite database, or its pages are damaged."""
 
@@ -186,6 +491,8 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.has_fts = False
+        """True when search uses the FTS5 index; False: ``LIKE`` (no FTS5 here)."""
         try:
             self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -213,13 +520,11 @@ class Store:
                 raise _Damaged(str(check)[:200])
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA foreign_keys = ON")
+            self.has_fts = fts5_available(self._db)
             with self._db:
-                self._db.executescript(_SCHEMA)
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
-                if "partial" not in columns:  # schema 1
-                    self._db.execute(
-                        "ALTER TABLE messages ADD COLUMN partial INTEGER NOT NULL DEFAULT 0"
-                    )
+                # One transaction: a file is either upgraded in full or left as it was.
+                self._db.execute("BEGIN IMMEDIATE")
+                _migrate(self._db, self.has_fts)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except HistoryError:
             raise
@@ -237,9 +542,11 @@ class Store:
 
     def new_conversation(self, model: str = "") -> int:
         """Start a conversation; returns its id."""
+        now = time.time()
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO conversations (created_at, model) VALUES (?, ?)", (time.time(), model)
+                "INSERT INTO conversations (created_at, model, updated_at) VALUES (?, ?, ?)",
+                (now, model, now),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -248,6 +555,7 @@ class Store:
         self, conversation_id: int, message: ChatMessage, *, partial: bool = False
     ) -> int:
         """Append one message (raw text) to a conversation; returns its row id."""
+        now = time.time()
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO messages"
@@ -259,11 +567,19 @@ class Store:
                     message["content"],
                     int(message.get("interrupted", False)),
                     int(partial),
-                    time.time(),
+                    now,
                 ),
             )
+            self._touch(conversation_id, now)
         assert cur.lastrowid is not None
         return cur.lastrowid
+
+    def _touch(self, conversation_id: int, now: float | None = None) -> None:
+        """Move a conversation to the top of the list (inside the caller's transaction)."""
+        self._db.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?",
+            (time.time() if now is None else now, conversation_id),
+        )
 
     def update_message(
         self, message_id: int, content: str, *, interrupted: bool, partial: bool
@@ -281,26 +597,152 @@ class Store:
             self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
 
     def messages(self, conversation_id: int) -> list[ChatMessage]:
-        """A conversation's messages, oldest first.
+        """A conversation's messages, oldest first (see :meth:`load`)."""
+        loaded = self.load(conversation_id)
+        return [] if loaded is None else list(loaded.messages)
+
+    def load(self, conversation_id: int) -> LoadedConversation | None:
+        """A conversation's messages with their row ids, and the versions of its last
+        reply; None when there is no such conversation.
 
         Rows are untrusted (the file may have been edited): a row with an unknown role
         or a non-text content is skipped, and content longer than
         :data:`MAX_MESSAGE_CHARS` is cut.
         """
+        found = self._db.execute(
+            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if found is None:
+            return None
         rows = self._db.execute(
-            "SELECT role, content, interrupted, partial FROM messages"
+            "SELECT id, role, content, interrupted, partial, version FROM messages"
             " WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         ).fetchall()
+        ids: list[int] = []
         out: list[ChatMessage] = []
-        for role, content, interrupted, partial in rows:
+        last_version = 1
+        for row_id, role, content, interrupted, partial, version in rows:
             if role not in _ROLES or not isinstance(content, str):
                 continue
             msg: ChatMessage = {"role": role, "content": content[:MAX_MESSAGE_CHARS]}
             if interrupted or partial:
                 msg["interrupted"] = True
+            ids.append(int(row_id))
             out.append(msg)
-        return out
+            last_version = int(version) if isinstance(version, int) else 1
+        loaded = LoadedConversation(conversation_id, tuple(ids), tuple(out))
+        if len(out) >= 2 and out[-1]["role"] == "assistant" and out[-2]["role"] == "user":
+            versions = self._versions(ids[-1], last_version, out[-2]["content"], out[-1])
+            if len(versions) > 1:
+                shown = next(v.n for v in versions if v.n == last_version)
+                loaded = LoadedConversation(
+                    conversation_id, tuple(ids), tuple(out), tuple(versions), shown
+                )
+        return loaded
+
+    def _versions(
+        self, message_id: int, shown: int, user_content: str, reply: ChatMessage
+    ) -> list[StoredVersion]:
+        """Every version of a reply, by number; the one in use comes from ``reply``."""
+        rows = self._db.execute(
+            "SELECT n, user_content, content, interrupted FROM message_versions"
+            " WHERE message_id = ? ORDER BY n",
+            (message_id,),
+        ).fetchall()
+        out = {
+            int(n): StoredVersion(
+                int(n),
+                (u if isinstance(u, str) else user_content)[:MAX_MESSAGE_CHARS],
+                c[:MAX_MESSAGE_CHARS],
+                bool(i),
+            )
+            for n, u, c, i in rows
+            if isinstance(n, int) and isinstance(c, str)
+        }
+        out[shown] = StoredVersion(
+            shown, user_content, reply["content"], bool(reply.get("interrupted"))
+        )
+        return [out[n] for n in sorted(out)]
+
+    def keep_version(self, message_id: int, version: StoredVersion) -> None:
+        """Save ``version`` of reply ``message_id`` among its other versions (insert or
+        replace version ``n``)."""
+        with self._db:
+            self._keep_version(message_id, version)
+
+    def _keep_version(self, message_id: int, version: StoredVersion) -> None:
+        self._db.execute(
+            "INSERT INTO message_versions"
+            " (message_id, n, user_content, content, interrupted, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (message_id, n) DO UPDATE SET user_content = excluded.user_content,"
+            " content = excluded.content, interrupted = excluded.interrupted",
+            (
+                message_id,
+                version.n,
+                version.user_content,
+                version.content,
+                int(version.interrupted),
+                time.time(),
+            ),
+        )
+
+    def begin_version(
+        self,
+        message_id: int,
+        user_message_id: int | None,
+        keep: StoredVersion,
+        n: int,
+        user_content: str | None = None,
+    ) -> None:
+        """A reply is computed again (regenerate, or edit and resend): keep the version
+        in use as ``keep``, then make version ``n`` the one in use. Its text arrives
+        with :meth:`update_message`. ``user_content`` replaces the question (edit)."""
+        with self._db:
+            self._keep_version(message_id, keep)
+            self._db.execute("UPDATE messages SET version = ? WHERE id = ?", (n, message_id))
+            if user_message_id is not None and user_content is not None:
+                self._db.execute(
+                    "UPDATE messages SET content = ? WHERE id = ?", (user_content, user_message_id)
+                )
+            self._touch_message(message_id)
+
+    def use_version(
+        self,
+        message_id: int,
+        user_message_id: int | None,
+        version: StoredVersion,
+        keep: StoredVersion | None = None,
+    ) -> None:
+        """Make ``version`` the one in use of reply ``message_id`` (and its question the
+        text of ``user_message_id``), after keeping the current one as ``keep``."""
+        with self._db:
+            if keep is not None:
+                self._keep_version(message_id, keep)
+            self._db.execute(
+                "UPDATE messages SET content = ?, interrupted = ?, partial = 0, version = ?"
+                " WHERE id = ?",
+                (version.content, int(version.interrupted), version.n, message_id),
+            )
+            if user_message_id is not None:
+                self._db.execute(
+                    "UPDATE messages SET content = ? WHERE id = ? AND content != ?",
+                    (version.user_content, user_message_id, version.user_content),
+                )
+
+    def edit_message(self, message_id: int, content: str) -> None:
+        """Replace a user message's text (edit and resend, when it had no reply)."""
+        with self._db:
+            self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (content, message_id))
+            self._touch_message(message_id)
+
+    def _touch_message(self, message_id: int) -> None:
+        self._db.execute(
+            "UPDATE conversations SET updated_at = ?"
+            " WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
+            (time.time(), message_id),
+        )
 
     def conversation_settings(self, conversation_id: int) -> str | None:
         """The saved settings of a conversation (JSON text as written by
@@ -321,11 +763,122 @@ class Store:
             )
 
     def latest_conversation(self) -> int | None:
-        """The id of the newest conversation that has messages, or None."""
+        """The id of the newest conversation (the top of the list), or None."""
+        found = self.list_conversations(limit=1)
+        return found[0].id if found else None
+
+    def list_conversations(
+        self, limit: int = 200, before: tuple[float, int] | None = None
+    ) -> list[ConversationSummary]:
+        """Conversations that hold messages, newest (last saved to) first.
+
+        Args:
+            limit: most rows returned.
+            before: ``(updated_at, id)`` of the last row of the previous page: rows
+                after it (keyset paging; the index conversations_by_update serves it).
+        """
+        where = "EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id)"
+        args: list[object] = []
+        if before is not None:
+            where += " AND (c.updated_at, c.id) < (?, ?)"
+            args += [before[0], before[1]]
+        rows = self._db.execute(
+            "SELECT c.id, c.created_at, c.updated_at, c.model, c.title,"
+            " (SELECT substr(m.content, 1, ?) FROM messages m"
+            "  WHERE m.conversation_id = c.id AND m.role = 'user' ORDER BY m.id LIMIT 1),"
+            " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+            f" FROM conversations c WHERE {where}"
+            " ORDER BY c.updated_at DESC, c.id DESC LIMIT ?",
+            [TITLE_CHARS * 4, *args, limit],
+        ).fetchall()
+        return [self._summary(row) for row in rows]
+
+    def conversation(self, conversation_id: int) -> ConversationSummary | None:
+        """One conversation's list row, or None when there is no such conversation."""
         row = self._db.execute(
-            "SELECT conversation_id FROM messages ORDER BY id DESC LIMIT 1"
+            "SELECT c.id, c.created_at, c.updated_at, c.model, c.title,"
+            " (SELECT substr(m.content, 1, ?) FROM messages m"
+            "  WHERE m.conversation_id = c.id AND m.role = 'user' ORDER BY m.id LIMIT 1),"
+            " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+            " FROM conversations c WHERE c.id = ?",
+            (TITLE_CHARS * 4, conversation_id),
         ).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else self._summary(row)
+
+    @staticmethod
+    def _summary(row: tuple[object, ...]) -> ConversationSummary:
+        cid, created, updated, model, title, first, count = row
+        renamed = isinstance(title, str) and bool(title.strip())
+        text = title if renamed else first
+        return ConversationSummary(
+            id=int(cid),  # type: ignore[call-overload]
+            created_at=float(created),  # type: ignore[arg-type]
+            updated_at=float(updated or created),  # type: ignore[arg-type]
+            model=one_line(model, 80) if isinstance(model, str) else "",
+            title=one_line(text, TITLE_CHARS) if isinstance(text, str) else "",
+            renamed=renamed,
+            n_messages=int(count),  # type: ignore[call-overload]
+        )
+
+    def rename(self, conversation_id: int, title: str | None) -> bool:
+        """Name a conversation (None or blank: back to its first user message).
+        Returns False when there is no such conversation."""
+        name = title.strip() if title else None
+        with self._db:
+            cur = self._db.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (name or None, conversation_id)
+            )
+        return cur.rowcount > 0
+
+    def delete_conversation(self, conversation_id: int) -> bool:
+        """Delete a conversation, its messages and their versions (and their search
+        index entries). Returns False when there was no such conversation."""
+        with self._db:
+            cur = self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        return cur.rowcount > 0
+
+    def search(self, text: str, limit: int = 50) -> list[SearchHit]:
+        """Messages holding every word of ``text`` (as word prefixes), newest first.
+
+        Uses the FTS5 index (:func:`fts_query`); without FTS5 (:attr:`has_fts` False),
+        ``LIKE`` on each word, which reads every message. A query without word
+        characters finds nothing.
+        """
+        if self.has_fts:
+            query = fts_query(text)
+            if query is None:
+                return []
+            rows = self._db.execute(
+                "SELECT m.id, m.conversation_id, m.role, m.created_at,"
+                " snippet(messages_fts, 0, char(2), char(3), '…', 32)"
+                " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+                " WHERE messages_fts MATCH ? ORDER BY messages_fts.rowid DESC LIMIT ?",
+                (query, limit),
+            ).fetchall()
+            found = [(r[0], r[1], r[2], r[3], *_marked_line(r[4])) for r in rows]
+        else:
+            words = re.findall(r"\w+", text)
+            if not words:
+                return []
+            like = " AND ".join(["content LIKE ? ESCAPE '\\'"] * len(words))
+            patterns = [
+                "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                for w in words
+            ]
+            rows = self._db.execute(
+                "SELECT id, conversation_id, role, created_at, content FROM messages"
+                f" WHERE {like} ORDER BY id DESC LIMIT ?",
+                (*patterns, limit),
+            ).fetchall()
+            found = [(r[0], r[1], r[2], r[3], *_line_with(r[4], words)) for r in rows]
+        titles = {cid: "" for _m, cid, *_rest in found}
+        for cid in titles:
+            summary = self.conversation(cid)
+            titles[cid] = summary.title if summary is not None else ""
+        return [
+            SearchHit(int(mid), int(cid), str(role), line, spans, titles[cid], float(created))
+            for mid, cid, role, created, line, spans in found
+        ]
 
     def recover_partial(self) -> int:
         """Mark replies left streaming by a killed process as interrupted; returns how

@@ -21,7 +21,7 @@ from tests.e2e.test_signals import history_file
 
 StartPty = Callable[..., PtyProcess]
 CTRL_Q = b"\x11"
-CTRL_O = b"\x0f"
+CTRL_Y = b"\x19"
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
 OSC52_RE = re.compile(rb"\x1b\]52;c;([A-Za-z0-9+/=]*)\x07")
@@ -98,13 +98,13 @@ def test_alt_enter_starts_a_new_line_and_enter_sends(pty_process: StartPty) -> N
 
 
 def copy_last_reply(term: PtyProcess) -> bytes:
-    """Ask for a reply, copy it with Ctrl+O; returns what the app wrote for the copy."""
+    """Ask for a reply, copy it with Ctrl+Y; returns what the app wrote for the copy."""
     term.wait_for(lambda out: b"ready" in out, "the app to be ready")
     term.write(b"go\r")
     term.wait_for(lambda _out: _n_replies() == 1, "the reply to be saved", 30)
     settle(term)
     mark = len(term.output())
-    term.write(CTRL_O)
+    term.write(CTRL_Y)
     out = term.wait_for(lambda out: b"copied reply 1" in out[mark:], "the copy notice")
     return out[mark:]
 

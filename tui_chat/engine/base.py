@@ -114,6 +114,38 @@ class PrefillDone:
 
 
 @dataclass(frozen=True)
+class PrefillProgress:
+    """Progress of a prefill that spans more than one prompt batch (issue 13).
+
+    Yielded before the first batch (``n_done == 0``) and after each batch, before
+    :class:`PrefillDone`. The last prompt token is evaluated together with the first
+    decode step, so the last progress event has ``n_done == n_total - 1``; the next
+    event is :class:`PrefillDone`.
+
+    Attributes:
+        n_done: prompt tokens evaluated so far in this prefill.
+        n_total: prompt tokens this prefill evaluates (tokens reused from the KV cache
+            are not counted); equals the coming ``PrefillDone.n_evaluated``.
+        elapsed_ms: wall time since the first batch started, in milliseconds.
+        n_reused: prompt tokens taken from the KV cache, not evaluated.
+    """
+
+    n_done: int
+    n_total: int
+    elapsed_ms: float
+    n_reused: int = 0
+
+    @property
+    def eta_ms(self) -> float | None:
+        """Estimated time left in milliseconds, from the rate so far (None before the
+        first batch ends). Linear: later batches attend to more tokens and run a little
+        slower, so this leans optimistic near the start of a long prefill."""
+        if self.n_done <= 0 or self.elapsed_ms <= 0:
+            return None
+        return (self.n_total - self.n_done) * self.elapsed_ms / self.n_done
+
+
+@dataclass(frozen=True)
 class TokenPiece:
     """One sampled token as the bytes llama.cpp's token-to-piece gives.
 
@@ -133,7 +165,7 @@ class TokenPiece:
     step_ms: float = 0.0
 
 
-EngineEvent = PrefillDone | TokenPiece
+EngineEvent = PrefillProgress | PrefillDone | TokenPiece
 
 
 @dataclass(frozen=True)
@@ -267,6 +299,13 @@ class Engine(Protocol):
         self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
     ) -> Iterator[EngineEvent]:
         """Yield one :class:`PrefillDone`, then :class:`TokenPiece` per decode step.
+
+        An engine may yield :class:`PrefillProgress` events before ``PrefillDone``
+        during a long prefill.
+
+        When the last of ``messages`` is an assistant message, the reply continues it
+        (a reply that was stopped or cut): the prompt ends inside that message, with no
+        end-of-turn glue, and only the new tokens are yielded.
 
         Stops by itself after ``params.max_tokens`` tokens or an end-of-generation
         token; the caller may also stop iterating at any time. Returns soon after

@@ -134,7 +134,8 @@ def chat_request_body(
     ``top_k``, ``min_p`` and ``repeat_penalty`` are llama.cpp's (its server and
     llama-cpp-python's read them; vLLM reads ``top_k`` and ``min_p``; others ignore
     fields they do not know). A seed of -1 (random) is left out. ``model`` None is left
-    out (llama-cpp-python's and llama.cpp's servers then use the model they serve).
+    out (llama-cpp-python's and llama.cpp's servers then use the model they serve). A
+    final assistant message asks the server to continue it (``continue_final_message``).
     """
     body: dict[str, Any] = {
         "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
@@ -148,6 +149,14 @@ def chat_request_body(
     }
     if model is not None:
         body["model"] = model
+    if messages and messages[-1]["role"] == "assistant":
+        # A reply that is continued. llama.cpp's server ("assistant prefill", on by
+        # default since May 2025; newer builds also read these fields) and Ollama
+        # continue a final assistant message by themselves; vLLM and SGLang need the
+        # fields (continue_final_message cannot go with add_generation_prompt).
+        # llama-cpp-python's server starts a new reply after it instead.
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
     if params.seed >= 0:
         body["seed"] = params.seed
     return body

@@ -21,6 +21,7 @@ from tui_chat.engine.base import (
     Engine,
     EngineError,
     PrefillDone,
+    PrefillProgress,
     SamplingParams,
     TokenPiece,
 )
@@ -202,6 +203,21 @@ class StreamSink(Protocol):
         """New reply text (never empty). ``stats`` is updated before the call."""
 
 
+class ProgressSink(Protocol):
+    """The optional part of a sink: prefill progress (issue 13).
+
+    :func:`run_stream` calls ``on_prefill_progress`` when the sink has it, so sinks
+    written before it keep working unchanged.
+    """
+
+    def on_prefill_progress(self, event: PrefillProgress, stats: StreamStats) -> None:
+        """One prompt batch of a multi-batch prefill is evaluated (or the first starts).
+
+        ``event.eta_ms`` estimates the time left. Called on the engine thread; must not
+        block.
+        """
+
+
 class TokenBuffer:
     """A lock-protected text buffer between the engine thread and its reader.
 
@@ -254,7 +270,8 @@ def run_stream(
         messages: the conversation, newest message last.
         params: sampling settings.
         cancel: checked after every token; when set the reply ends as ``cancelled``.
-        sink: receives prefill and text events on this thread.
+        sink: receives prefill and text events on this thread, and prefill progress
+            when it has ``on_prefill_progress`` (see :class:`ProgressSink`).
         trace: optional timeline recorder (``--trace``).
 
     Returns:
@@ -276,9 +293,14 @@ def run_stream(
         stop_strings=list(engine.stop_strings),
         sampling=asdict(params),
     )
+    on_progress = getattr(sink, "on_prefill_progress", None)
     events = engine.generate(messages, params, cancel)
     try:
         for event in events:
+            if isinstance(event, PrefillProgress):
+                if on_progress is not None:
+                    on_progress(event, stats)
+                continue
             if isinstance(event, PrefillDone):
                 stats.n_prompt_tokens = event.n_prompt_tokens
                 stats.n_evaluated = event.n_evaluated

@@ -15,15 +15,26 @@ from tui_chat.session.events import (
     ModelSwitching,
     Notice,
     PrefillFinished,
+    PrefillProgressed,
     ReplyFinished,
+    ReplyKind,
     ReplyStarted,
     SessionEvent,
+    SnapshotRestored,
+    SnapshotSaved,
     State,
+    VersionShown,
 )
-from tui_chat.session.session import ChatSession, TextBatch, prompt_messages
+from tui_chat.session.session import (
+    ChatSession,
+    ConversationChange,
+    TextBatch,
+    prompt_messages,
+)
 
 __all__ = [
     "ChatSession",
+    "ConversationChange",
     "FirstText",
     "HistoryOpened",
     "Listener",
@@ -33,10 +44,15 @@ __all__ = [
     "ModelSwitching",
     "Notice",
     "PrefillFinished",
+    "PrefillProgressed",
     "ReplyFinished",
+    "ReplyKind",
     "ReplyStarted",
     "SessionEvent",
+    "SnapshotRestored",
+    "SnapshotSaved",
     "State",
     "TextBatch",
+    "VersionShown",
     "prompt_messages",
 ]

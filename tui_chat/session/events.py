@@ -26,6 +26,11 @@ was stopped by the user, or the model failed to load."""
 
 Severity = Literal["information", "warning", "error"]
 
+ReplyKind = Literal["send", "regenerate", "edit", "continue"]
+"""Why a reply is computed: a new message (``send``), the last reply again
+(``regenerate``), the last user message edited and sent again (``edit``), or the last
+reply carried on from where it stopped (``continue``)."""
+
 
 @dataclass(frozen=True)
 class SessionEvent:
@@ -57,29 +62,49 @@ class ModelLoadFailed(SessionEvent):
 
 @dataclass(frozen=True)
 class HistoryOpened(SessionEvent):
-    """A saved conversation was loaded (``--resume``); it is now the conversation.
+    """A saved conversation was loaded (``--resume``, or
+    :meth:`ChatSession.open_conversation`); it is now the conversation.
 
     Attributes:
         conversation_id: its id in the history database.
         messages: its messages, oldest first (copies; raw text, show it sanitized).
+        focus_index: the index in ``messages`` of the message to show first (a search
+            hit), or None for the end of the conversation.
+        version: which version of the last reply ``messages`` holds (1-based).
+        n_versions: how many versions the last reply has (1: never regenerated).
+        queued: ``(message id, text)`` of the messages submitted while it loaded: they
+            follow it (a reader that shows the conversation shows them after it).
     """
 
     conversation_id: int
     messages: tuple[ChatMessage, ...]
+    focus_index: int | None = None
+    version: int = 1
+    n_versions: int = 1
+    queued: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class ReplyStarted(SessionEvent):
-    """A queued user message was taken: it joined the conversation and its reply
-    begins.
+    """A queued request was taken: a reply begins. For ``send``, the user message
+    joined the conversation; for ``regenerate`` and ``edit`` the last reply left it (it
+    is kept as an earlier version); for ``continue`` the last reply is carried on.
 
     Attributes:
         reply_id: identifies the reply in later events and in :meth:`ChatSession.drain`.
-        message_id: the id :meth:`ChatSession.submit` returned for the user message.
+        message_id: the id :meth:`ChatSession.submit` (or the turn action) returned.
+        kind: why the reply is computed (see :data:`ReplyKind`).
+        text: ``edit``: the new text of the user message; ``continue``: the reply so
+            far, which the drained text extends (raw: show it sanitized); else "".
+        version: the version of the last reply this one becomes (``regenerate``,
+            ``edit``; 1 otherwise).
     """
 
     reply_id: int
     message_id: int
+    kind: ReplyKind = "send"
+    text: str = ""
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -93,6 +118,67 @@ class PrefillFinished(SessionEvent):
 
     reply_id: int
     stats: StatsSnapshot
+
+
+@dataclass(frozen=True)
+class PrefillProgressed(SessionEvent):
+    """One prompt batch of reply ``reply_id``'s prefill is evaluated (issue 13).
+
+    Sent only for a prefill of more than one batch (``--n-batch`` tokens): before the
+    first batch (``n_done == 0``) and after each, then :class:`PrefillFinished`.
+
+    Attributes:
+        reply_id: the reply.
+        n_done: prompt tokens evaluated so far.
+        n_total: prompt tokens this prefill evaluates (tokens already in the KV cache,
+            ``n_reused``, are not counted).
+        elapsed_ms: time since the first batch started, in milliseconds.
+        eta_ms: estimated time left in milliseconds, from the rate so far; None before
+            the first batch ends.
+        n_reused: prompt tokens taken from the KV cache (after a restore: the chat).
+    """
+
+    reply_id: int
+    n_done: int
+    n_total: int
+    elapsed_ms: float
+    eta_ms: float | None
+    n_reused: int
+
+
+@dataclass(frozen=True)
+class SnapshotRestored(SessionEvent):
+    """The conversation's KV snapshot was loaded (issue 13): its next prompt reads only
+    what is new.
+
+    Attributes:
+        conversation_id: the conversation (history database id).
+        n_tokens: tokens the KV cache now holds from the snapshot.
+        size_bytes: the snapshot's files, in bytes.
+        restore_ms: time to check and load it, in milliseconds.
+    """
+
+    conversation_id: int
+    n_tokens: int
+    size_bytes: int
+    restore_ms: float
+
+
+@dataclass(frozen=True)
+class SnapshotSaved(SessionEvent):
+    """The KV cache was written as the conversation's snapshot after a reply.
+
+    Attributes:
+        conversation_id: the conversation (history database id).
+        n_tokens: tokens in the snapshot.
+        size_bytes: the snapshot's files, in bytes.
+        save_ms: time to write it, in milliseconds.
+    """
+
+    conversation_id: int
+    n_tokens: int
+    size_bytes: int
+    save_ms: float
 
 
 @dataclass(frozen=True)
@@ -113,7 +199,13 @@ class ReplyFinished(SessionEvent):
         error: one line for the user when ``reason == "error"`` (show it sanitized).
         stats: the final numbers.
         empty: the reply held no text but whitespace (replay case C29); nothing was
-            added to the conversation or the history.
+            added to the conversation or the history. A ``regenerate`` or ``edit``
+            that ends empty puts the version it replaced back (a
+            :class:`VersionShown` follows).
+        kind: why the reply was computed (see :data:`ReplyKind`); for ``continue``,
+            ``text`` is the whole reply, the earlier part included.
+        version: which version of the last reply this is (1-based).
+        n_versions: how many versions the last reply now has.
     """
 
     reply_id: int
@@ -122,6 +214,27 @@ class ReplyFinished(SessionEvent):
     error: str | None
     stats: StatsSnapshot
     empty: bool = False
+    kind: ReplyKind = "send"
+    version: int = 1
+    n_versions: int = 1
+
+
+@dataclass(frozen=True)
+class VersionShown(SessionEvent):
+    """The last exchange of the conversation changed to another version
+    (:meth:`ChatSession.show_version`, or a failed regenerate put the old one back).
+
+    Attributes:
+        user: the user message of that version (raw text).
+        reply: the reply of that version (raw text; ``interrupted`` as saved).
+        version: its number (1-based).
+        n_versions: how many versions there are.
+    """
+
+    user: str
+    reply: ChatMessage
+    version: int
+    n_versions: int
 
 
 @dataclass(frozen=True)

@@ -9,20 +9,34 @@ non-blocking methods below and reacts to the events the session reports
 Threads:
 
 - The caller's thread (the UI event loop): :meth:`submit`, :meth:`cancel`,
-  :meth:`new_chat`, :meth:`drain`, :meth:`live_stats`, :meth:`apply_settings`,
-  :meth:`switch_engine`. Each takes the session lock
-  for a few dictionary operations and returns; none does I/O.
+  :meth:`new_chat`, :meth:`open_conversation`, :meth:`regenerate`, :meth:`edit_last`,
+  :meth:`continue_reply`, :meth:`show_version`, :meth:`drain`, :meth:`live_stats`,
+  :meth:`apply_settings`, :meth:`switch_engine`, :meth:`restore_kv_snapshot`. Each
+  takes the session lock for a few list operations and returns; none does I/O (a
+  conversation is loaded on the storage thread).
 - The engine thread: a plain daemon thread, not a Textual worker: Textual runs
   thread workers in asyncio's default executor, which is joined at exit, so a quit
   during a long native prefill would wait for it (replay case C07). The process can
   leave while this thread is still inside native code.
 - The storage thread: every SQLite call.
 
+Conversation changes: a message, a regenerate, an edit or a continue is a request in
+one queue, taken in order by the engine thread (:meth:`ChatSession._next_reply`).
+Replacing the whole conversation (opening a saved one, a new chat, showing another
+version of the last reply) is allowed only while no reply is in flight or queued; the
+engine thread learns of it before its next prefill, in one place:
+:meth:`ChatSession.on_conversation_replaced`, called on the engine thread with a
+:class:`ConversationChange` (issue 13 restores a KV snapshot there).
+
 Saving (issue 7, replay cases C24-C26): a user message is saved when its reply
 starts; the reply in flight is saved at least every :data:`SAVE_EVERY_S` while it
 streams (marked ``partial``), and at once when it ends, is cancelled, or the session
 closes. So a killed process loses at most the last second of text, and the next start
 marks the reply interrupted.
+
+KV snapshots (issue 13, :mod:`tui_chat.session.snapshots`): when a conversation is
+replaced (``--resume``), the engine thread restores its snapshot before the next
+prefill; after each reply it writes the KV cache as the conversation's snapshot.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tui_chat.config import ChatSettings
 from tui_chat.engine.base import (
@@ -42,6 +57,7 @@ from tui_chat.engine.base import (
     EngineError,
     ModelInfo,
     PrefillDone,
+    PrefillProgress,
     SamplingParams,
 )
 from tui_chat.engine.stream import (
@@ -52,6 +68,7 @@ from tui_chat.engine.stream import (
     TraceFn,
     run_stream,
 )
+from tui_chat.kvcache import SnapshotCache
 from tui_chat.session.events import (
     FirstText,
     HistoryOpened,
@@ -62,12 +79,16 @@ from tui_chat.session.events import (
     ModelSwitching,
     Notice,
     PrefillFinished,
+    PrefillProgressed,
     ReplyFinished,
+    ReplyKind,
     ReplyStarted,
     State,
+    VersionShown,
 )
+from tui_chat.session.snapshots import SessionSnapshots
 from tui_chat.storage import StorageNotice, StorageThread
-from tui_chat.store import Store
+from tui_chat.store import LoadedConversation, Store, StoredVersion
 
 SAVE_EVERY_S = 1.0
 """A streaming reply is saved at least this often (seconds)."""
@@ -93,6 +114,34 @@ def prompt_messages(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
         else:
             out.append(message)
     return out
+
+
+ChangeKind = Literal["opened", "new", "version", "regenerate", "edit", "continue"]
+
+
+@dataclass(frozen=True)
+class ConversationChange:
+    """What :meth:`ChatSession.on_conversation_replaced` is told: the conversation the
+    engine sees next is not the one it last saw plus new messages.
+
+    Attributes:
+        kind: ``opened`` (a saved conversation, also ``--resume``), ``new`` (a new
+            chat), ``version`` (another version of the last reply shown),
+            ``regenerate``, ``edit`` or ``continue`` (a turn action; the reply
+            follows at once).
+        conversation_id: the saved conversation, or None when it is not saved yet.
+        messages: the conversation the next prompt is built from (copies; for
+            ``continue`` it ends with the reply that is carried on).
+        changed_at: index in ``messages`` of the first message that differs from
+            before the change (0 for ``opened`` and ``new``; for ``regenerate`` the
+            index where the old reply was; for ``edit`` the edited user message; for
+            ``continue`` the reply that is carried on).
+    """
+
+    kind: ChangeKind
+    conversation_id: int | None
+    messages: tuple[ChatMessage, ...]
+    changed_at: int
 
 
 @dataclass
@@ -149,15 +198,35 @@ class _SavedMessage:
     row_id: int | None = None
 
 
+@dataclass(frozen=True)
+class _Job:
+    """A queued request: a message to send, or a turn action."""
+
+    message_id: int
+    kind: ReplyKind
+    text: str = ""
+
+
 @dataclass
 class _Reply:
-    """The reply in flight (engine thread writes, the session lock guards the rest)."""
+    """The reply in flight (engine thread writes, the session lock guards the rest).
+
+    For ``regenerate``, ``edit`` and ``continue``, ``saved`` is the row of the reply
+    it replaces or carries on, ``replaced`` that reply, and ``prefix`` (continue) the
+    text it carries on from.
+    """
 
     reply_id: int
     message_id: int
     params: SamplingParams
     messages: list[ChatMessage]
     ref: _ConversationRef
+    kind: ReplyKind = "send"
+    prefix: str = ""
+    replaced: ChatMessage | None = None
+    replaced_user: str | None = None
+    kept: StoredVersion | None = None
+    version: int = 1
     cancel: CancelToken = field(default_factory=CancelToken)
     buffer: TokenBuffer = field(default_factory=TokenBuffer)
     stats: StreamStats | None = None
@@ -193,8 +262,12 @@ class ChatSession:
         system_prompt: a system message to start new conversations with.
         history: the SQLite history file to save to (through a storage thread); None
             keeps the conversation in memory only.
-        resume: reopen the newest saved conversation first (needs ``history``).
+        resume: reopen a saved conversation first (needs ``history``): True for the
+            newest, or a conversation id (``--resume ID``).
         trace: optional timeline recorder (``--trace``).
+        kv_cache: where KV snapshots of saved conversations are kept (issue 13), or
+            None for none; used only with ``history`` and an engine that can write
+            them.
     """
 
     def __init__(
@@ -205,8 +278,9 @@ class ChatSession:
         params: SamplingParams | None = None,
         system_prompt: str | None = None,
         history: Path | None = None,
-        resume: bool = False,
+        resume: bool | int = False,
         trace: TraceFn | None = None,
+        kv_cache: SnapshotCache | None = None,
     ) -> None:
         self.engine = engine
         self._emit = listener
@@ -217,13 +291,20 @@ class ChatSession:
         self._loading_name: str | None = None
         self._engine_label: str | None = None
         self.storage = StorageThread(history, self._notify_storage) if history is not None else None
-        self._resume = resume and history is not None
+        self._resume: bool | int = resume if history is not None else False
         self._trace = trace
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._conversation: list[ChatMessage] = self._fresh_conversation()
+        # The saved row of each message of the conversation, in the same order.
+        self._rows: list[_SavedMessage] = [_SavedMessage() for _ in self._conversation]
         self._ref = _ConversationRef(model="")
-        self._queue: list[tuple[int, str]] = []
+        # Versions of the last reply (empty: it has one); _version is the one shown.
+        self._versions: list[StoredVersion] = []
+        self._version = 0
+        self._changes: list[ConversationChange] = []
+        self._opening = False
+        self._queue: list[_Job] = []
         self._current: _Reply | None = None
         # Buffers of replies whose text the reader may not have drained yet: the reader
         # learns that a reply ended after the engine has moved on to the next one.
@@ -235,7 +316,11 @@ class ChatSession:
         self._next_reply_id = 0
         self._closing = False
         self._closed = False
-        self._history_ready = threading.Event()
+        self._snapshots = SessionSnapshots(kv_cache if history is not None else None, listener)
+        self._kv_restore_asked = False
+        # A reply's conversation whose snapshot waits for its history id (set when the
+        # storage thread has saved it).
+        self._kv_save_asked: _ConversationRef | None = None
         self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
 
     # ---------------------------------------------------------------- state
@@ -272,7 +357,7 @@ class ChatSession:
 
     @property
     def conversation_id(self) -> int | None:
-        """The id of the saved conversation, once something was saved (or resumed)."""
+        """The id of the saved conversation, once something was saved (or opened)."""
         return self._ref.id
 
     def messages(self) -> list[ChatMessage]:
@@ -280,10 +365,16 @@ class ChatSession:
         with self._lock:
             return [dict(m) for m in self._conversation]  # type: ignore[misc]
 
+    def versions(self) -> tuple[int, int]:
+        """(the version of the last reply in the conversation, how many it has);
+        (1, 1) for a reply never regenerated (and for no reply)."""
+        with self._lock:
+            return (self._version, len(self._versions)) if self._versions else (1, 1)
+
     def queued(self) -> list[int]:
         """Ids of the submitted messages still waiting for their reply to start."""
         with self._lock:
-            return [message_id for message_id, _ in self._queue]
+            return [job.message_id for job in self._queue]
 
     @property
     def busy(self) -> bool:
@@ -300,7 +391,7 @@ class ChatSession:
     # ------------------------------------------------------------- commands
     def start(self) -> None:
         """Start the engine thread (the model loads), the storage thread, and with
-        ``resume`` the loading of the newest saved conversation."""
+        ``resume`` the loading of the saved conversation."""
         import sys
 
         # Between two native decode steps the engine thread needs the GIL for a
@@ -311,21 +402,21 @@ class ChatSession:
         sys.setswitchinterval(0.001)
         if self.storage is not None:
             self.storage.start()
-            if self._resume:
-                self.storage.submit(_load_latest).add_done_callback(self._on_history)
-            else:
-                self._history_ready.set()
-        else:
-            self._history_ready.set()
+            if self._resume is not False:
+                wanted = None if self._resume is True else int(self._resume)
+                self._open(wanted, None, recover=True)
         self._thread.start()
 
     def submit(self, text: str) -> int:
         """Queue a user message; its reply starts when the model is loaded and earlier
         replies have ended. Returns the message's id (see :class:`ReplyStarted`)."""
+        return self._enqueue("send", text)
+
+    def _enqueue(self, kind: ReplyKind, text: str = "") -> int:
         with self._work:
             self._next_message_id += 1
             message_id = self._next_message_id
-            self._queue.append((message_id, text))
+            self._queue.append(_Job(message_id, kind, text))
             self._work.notify()
         return message_id
 
@@ -352,9 +443,10 @@ class ChatSession:
         storage thread.
         """
         with self._lock:
+            # The conversation's saved messages stay as they are; the prompt of every
+            # reply from now on carries this system prompt (:meth:`_prompt_for`).
             self.system_prompt = settings.system_prompt or None
             self.params = settings.sampling
-            self._conversation = with_system_prompt(self._conversation, self.system_prompt)
             ref = self._ref
         if self.storage is not None:
             settings_json = settings.to_json()
@@ -382,20 +474,229 @@ class ChatSession:
             self._switch = _Switch(factory, name, label or name)
             self._work.notify()
 
+    def _idle(self) -> bool:
+        """No reply in flight, none queued, no conversation being opened (lock held)."""
+        return self._current is None and not self._queue and not self._opening
+
     def new_chat(self) -> bool:
         """Start a new conversation with the run's settings (:attr:`default_settings`).
-        Refused (False) while a reply is in flight or messages are queued."""
+        Refused (False) while a reply is in flight or queued, or a conversation is being
+        opened."""
         with self._lock:
-            if self._current is not None or self._queue:
+            if not self._idle():
                 return False
             self.system_prompt = self._defaults.system_prompt
             self.params = self._defaults.sampling
             self._conversation = self._fresh_conversation()
+            self._rows = [_SavedMessage() for _ in self._conversation]
             self._ref = _ConversationRef(model=self._ref.model)
+            self._versions, self._version = [], 0
             self._last_stats = None
             if self._state == "interrupted":
                 self._state = "ready"
+            self._changed("new", 0)
         return True
+
+    def open_conversation(self, conversation_id: int, focus_message_id: int | None = None) -> bool:
+        """Load a saved conversation (on the storage thread) and make it the
+        conversation; a :class:`HistoryOpened` event follows (or a :class:`Notice` when
+        it cannot be loaded). Messages submitted meanwhile go to it.
+
+        Args:
+            conversation_id: its id in the history.
+            focus_message_id: a message row id (a search hit) the reader should show
+                first; its index is in ``HistoryOpened.focus_index``.
+
+        Returns:
+            False (and nothing happens) without a history, or while a reply is in
+            flight or queued, or another conversation is being opened.
+        """
+        with self._lock:
+            if self.storage is None or not self._idle():
+                return False
+        self._open(conversation_id, focus_message_id)
+        return True
+
+    def _open(
+        self, conversation_id: int | None, focus_message_id: int | None, recover: bool = False
+    ) -> None:
+        """Load ``conversation_id`` (None: the newest) on the storage thread."""
+        assert self.storage is not None
+        with self._lock:
+            self._opening = True
+
+        def load(store: Store) -> tuple[LoadedConversation, str | None] | None:
+            if recover:
+                store.recover_partial()
+            wanted = store.latest_conversation() if conversation_id is None else conversation_id
+            if wanted is None:
+                return None
+            loaded = store.load(wanted)
+            # Every way of opening a conversation reads its own settings too.
+            return None if loaded is None else (loaded, store.conversation_settings(wanted))
+
+        def done(future: Future[tuple[LoadedConversation, str | None] | None]) -> None:
+            try:
+                found = future.result()
+            except Exception:
+                found = None  # no history this run: the storage thread said why
+                failed = True
+            else:
+                failed = False
+            loaded, settings_json = found if found is not None else (None, None)
+            self._opened(loaded, settings_json, conversation_id, focus_message_id, failed)
+
+        self.storage.submit(load).add_done_callback(done)
+
+    def _opened(
+        self,
+        loaded: LoadedConversation | None,
+        settings_json: str | None,
+        wanted: int | None,
+        focus_message_id: int | None,
+        failed: bool,
+    ) -> None:
+        """Storage thread: the conversation is loaded (or it is not there)."""
+        event: HistoryOpened | None = None
+        problems: list[str] = []
+        with self._work:
+            self._opening = False
+            if loaded is not None:
+                messages = list(loaded.messages)
+                first = messages[0] if messages else None
+                system = first["content"] if first and first["role"] == "system" else None
+                self.system_prompt = system
+                self.params = self._defaults.sampling
+                if settings_json is not None:
+                    # Its own settings, saved from the settings screen, win over the run's.
+                    fallback = ChatSettings(system, self._defaults.sampling)
+                    settings, problems = ChatSettings.from_json(settings_json, fallback)
+                    self.system_prompt = settings.system_prompt
+                    self.params = settings.sampling
+                self._conversation = messages
+                self._rows = [_SavedMessage(row_id) for row_id in loaded.message_ids]
+                self._ref = _ConversationRef(
+                    model=self._ref.model, id=loaded.id, settings_json=settings_json
+                )
+                self._versions = list(loaded.versions)
+                self._version = loaded.version if loaded.versions else 0
+                self._last_stats = None
+                if self._state == "interrupted":
+                    self._state = "ready"
+                self._changed("opened", 0)
+                focus = None
+                if focus_message_id is not None and focus_message_id in loaded.message_ids:
+                    focus = loaded.message_ids.index(focus_message_id)
+                shown, count = (self._version, len(self._versions)) if self._versions else (1, 1)
+                waiting = tuple((j.message_id, j.text) for j in self._queue if j.kind == "send")
+                event = HistoryOpened(
+                    loaded.id, tuple(loaded.messages), focus, shown, count, waiting
+                )
+                # Its KV snapshot is read before the next prefill (issue 13).
+                self._kv_restore_asked = True
+            self._work.notify_all()
+        for problem in problems:
+            self._emit(Notice(f"{problem}; the default is used", "warning"))
+        if event is not None:
+            self._emit(event)
+        elif wanted is not None and not failed:
+            self._emit(Notice(f"there is no saved conversation {wanted}", "warning"))
+
+    def regenerate(self) -> bool:
+        """Compute the last reply again; the old one is kept as an earlier version.
+
+        The prompt is the conversation up to the last user message, so the engine
+        reuses its KV cache up to there and evaluates only the template's glue (LlamaEngine
+        reuses the longest common prefix). Returns False (with a :class:`Notice`) when
+        there is no user message, or a reply is in flight or queued.
+        """
+        return self._turn_action("regenerate")
+
+    def edit_last(self, text: str) -> bool:
+        """Replace the text of the last user message and compute its reply again; the
+        old question and reply are kept as an earlier version. Returns False (with a
+        :class:`Notice`) when there is no user message, or a reply is in flight or
+        queued."""
+        return self._turn_action("edit", text)
+
+    def continue_reply(self) -> bool:
+        """Carry the last reply on from where it stopped (an interrupted reply, or one
+        cut at the token limit): the model continues the same assistant message, and
+        the new text is appended to it. Returns False (with a :class:`Notice`) when the
+        conversation does not end with a reply, or a reply is in flight or queued."""
+        return self._turn_action("continue")
+
+    def _turn_action(self, kind: ReplyKind, text: str = "") -> bool:
+        with self._work:
+            reason = self._refusal(kind)
+            if reason is None:
+                self._next_message_id += 1
+                self._queue.append(_Job(self._next_message_id, kind, text))
+                self._work.notify()
+        if reason is not None:
+            self._emit(Notice(reason, "warning"))
+            return False
+        return True
+
+    def _refusal(self, kind: ReplyKind) -> str | None:
+        """Why a turn action cannot run now (lock held), or None."""
+        if not self._idle():
+            return "wait until the reply has ended (Esc stops it)"
+        roles = [m["role"] for m in self._conversation]
+        if kind == "continue":
+            if not roles or roles[-1] != "assistant":
+                return "there is no reply to continue"
+        elif "user" not in roles[-2:]:
+            return "there is no message to " + (
+                "reply to again" if kind == "regenerate" else "edit"
+            )
+        return None
+
+    def show_version(self, n: int) -> bool:
+        """Make version ``n`` (1-based) of the last reply (with the user message it
+        answered) the one in the conversation; a :class:`VersionShown` follows.
+
+        Returns False when there is no such version or it is already shown, or a reply
+        is in flight or queued.
+        """
+        with self._lock:
+            if not self._idle() or not 1 <= n <= len(self._versions) or n == self._version:
+                return False
+            if len(self._conversation) < 2 or self._conversation[-1]["role"] != "assistant":
+                return False
+            current = _as_version(self._version, self._conversation[-2], self._conversation[-1])
+            self._versions[self._version - 1] = current
+            chosen = self._versions[n - 1]
+            self._conversation[-2] = {"role": "user", "content": chosen.user_content}
+            self._conversation[-1] = _reply_of(chosen)
+            self._version = n
+            user_saved, reply_saved = self._rows[-2], self._rows[-1]
+            self._changed("version", len(self._conversation) - 2)
+            count = len(self._versions)
+        if self.storage is not None:
+
+            def use(store: Store) -> None:
+                if reply_saved.row_id is not None:
+                    store.use_version(reply_saved.row_id, user_saved.row_id, chosen, current)
+
+            self.storage.submit(use)
+        self._emit(VersionShown(chosen.user_content, _reply_of(chosen), n, count))
+        return True
+
+    def restore_kv_snapshot(self) -> None:
+        """Restore the current conversation's KV snapshot before its next prefill.
+
+        Call whenever the conversation is replaced by a saved one (``--resume`` does;
+        opening one from a list or switching back should), after the conversation and
+        its id are set. Returns at once; the engine thread restores it as soon as it is
+        idle and before it takes the next message, then reports
+        :class:`~tui_chat.session.events.SnapshotRestored` (or a notice saying why the
+        snapshot was not used). Regenerate and edit need no call: the engine reuses
+        the KV cache up to the message they replace.
+        """
+        with self._work:
+            self._kv_restore_asked = True
+            self._work.notify()
 
     def drain(self, reply_id: int) -> TextBatch | None:
         """Take the text reply ``reply_id`` produced since the last call (None if none).
@@ -458,39 +759,44 @@ class ChatSession:
             self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    # ------------------------------------------------------ engine-thread hook
+    def on_conversation_replaced(self, change: ConversationChange) -> None:
+        """Engine thread, before the next prefill: the conversation is not the one the
+        engine last saw plus new messages (see :class:`ConversationChange`).
+
+        Called once per change, in order, and always before the prefill of the reply
+        that follows the change. The engine needs nothing here today: LlamaEngine
+        reuses the longest common prefix of its KV cache by itself. Issue 13 restores
+        a KV snapshot of ``change.conversation_id`` here (``opened``), or the one taken
+        before the turn a ``regenerate`` or ``edit`` replaces.
+        """
+
     # ----------------------------------------------------------- internals
+    def _prompt_for(self, conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """What the model is sent for ``conversation``: its system message is the
+        conversation's current system prompt (the settings screen may have changed it
+        since the saved system message was written), then :func:`prompt_messages`."""
+        return prompt_messages(with_system_prompt(conversation, self.system_prompt))
+
     def _fresh_conversation(self) -> list[ChatMessage]:
         if self.system_prompt:
             return [{"role": "system", "content": self.system_prompt}]
         return []
 
-    def _on_history(self, future: Future[_Opened | None]) -> None:
-        """Storage thread: the newest conversation is loaded (or there is none)."""
-        try:
-            found = future.result()
-        except Exception:
-            found = None  # no history this run; the storage thread said why
-        if found is not None:
-            conversation_id, loaded, settings_json = found
-            problems: list[str] = []
-            with self._lock:
-                self._ref.id = conversation_id
-                self._ref.settings_json = settings_json
-                system = loaded[0]["content"] if loaded and loaded[0]["role"] == "system" else None
-                self.system_prompt = system
-                self.params = self._defaults.sampling
-                if settings_json is not None:
-                    # Its own settings, saved from the settings screen, win over the run's.
-                    fallback = ChatSettings(system, self._defaults.sampling)
-                    settings, problems = ChatSettings.from_json(settings_json, fallback)
-                    self.system_prompt = settings.system_prompt
-                    self.params = settings.sampling
-                    loaded = with_system_prompt(loaded, settings.system_prompt)
-                self._conversation = loaded
-            for problem in problems:
-                self._emit(Notice(f"{problem}; the default is used", "warning"))
-            self._emit(HistoryOpened(conversation_id, tuple(dict(m) for m in loaded)))  # type: ignore[misc]
-        self._history_ready.set()
+    def _changed(
+        self, kind: ChangeKind, changed_at: int, messages: Sequence[ChatMessage] | None = None
+    ) -> None:
+        """Record a change for :meth:`on_conversation_replaced` (lock held); ``messages``
+        defaults to the conversation as it now stands."""
+        shown = self._conversation if messages is None else messages
+        self._changes.append(
+            ConversationChange(
+                kind,
+                self._ref.id,
+                tuple(dict(m) for m in shown),  # type: ignore[misc]
+                changed_at,
+            )
+        )
 
     def _notify_storage(self, notice: StorageNotice) -> None:
         self._emit(Notice(notice.text, notice.severity))
@@ -513,12 +819,9 @@ class ChatSession:
             if self._state == "loading":
                 self._state = "ready"
         self._emit(ModelLoaded(info))
+        self._snapshots.hash_model_soon(self.engine)
         for notice in info.notices:  # e.g. GPU offload asked of a CPU build (C39)
             self._emit(Notice(notice, "warning"))
-        while not self._history_ready.wait(0.1):
-            if self._closing:
-                self.engine.close()
-                return
         try:
             while True:
                 if self._run_switch():
@@ -530,6 +833,7 @@ class ChatSession:
                     continue  # woken for a switch
                 result = self._generate(reply)
                 self._finish(reply, result)
+                self._save_kv_snapshot(reply)
         finally:
             self.engine.close()
 
@@ -569,7 +873,9 @@ class ChatSession:
             self._loading_name = None
             self._engine_label = job.label
             self._state = "ready"
+            self._kv_save_asked = None  # the new model's KV cache holds nothing yet
         self._emit(ModelLoaded(info))
+        self._snapshots.hash_model_soon(new)
         for notice in info.notices:
             self._emit(Notice(notice, "warning"))
         return True
@@ -586,48 +892,133 @@ class ChatSession:
         self._emit(ModelSwitchFailed(error, restored))
 
     def _next_reply(self) -> _Reply | None:
-        """Wait for a queued message; move it into the conversation. None: closing, or
-        a model switch is waiting."""
+        """Wait for a queued request; apply it to the conversation. None: closing, or a
+        model switch is waiting.
+
+        The one place where the conversation changes for the engine: a message joins
+        it, or a turn action takes the last reply out (regenerate, edit) or carries it
+        on (continue). Changes made while idle (open, new chat, another version) are
+        handed to :meth:`on_conversation_replaced` here, before the prefill. A KV
+        snapshot restore asked for (:meth:`restore_kv_snapshot`) runs first.
+        """
         with self._work:
-            while not self._queue and not self._closing and self._switch is None:
-                self._work.wait()
+            while not self._closing and self._switch is None:
+                if self._kv_restore_asked and not self._opening:
+                    self._restore_kv_unlocked()
+                elif self._queue and not self._opening:
+                    break
+                elif self._kv_save_asked is not None:
+                    self._save_kv_unlocked()
+                else:
+                    self._work.wait()
             if self._closing or self._switch is not None:
                 return None
-            message_id, text = self._queue.pop(0)
-            user: ChatMessage = {"role": "user", "content": text}
-            self._conversation.append(user)
-            self._next_reply_id += 1
-            reply = _Reply(
-                reply_id=self._next_reply_id,
-                message_id=message_id,
-                params=self.params,
-                # A new list of the same messages: a message is never changed once it
-                # is in the conversation.
-                messages=prompt_messages(self._conversation),
-                ref=self._ref,
-            )
+            self._kv_save_asked = None  # the KV cache changes now; this reply saves it
+            job = self._queue.pop(0)
+            reply = self._take(job)
             self._current = reply
             self._buffers[reply.reply_id] = (reply.buffer, False)
             # A reader that never drains (headless after an error) must not keep them all.
             for old in [k for k, (_b, ended) in self._buffers.items() if ended][:-4]:
                 del self._buffers[old]
             self._state = "generating"
-            history = list(self._conversation)
-        if self.storage is not None:
-            ref, user_saved = reply.ref, reply.user_saved
-            earlier = history[:-1] if ref.id is None else []
-
-            def save_user(store: Store) -> None:
-                new = ref.id is None
-                conversation_id = ref.ensure(store)
-                if new:
-                    for message in earlier:
-                        store.add_message(conversation_id, message)
-                user_saved.row_id = store.add_message(conversation_id, user)
-
-            self.storage.submit(save_user)
-        self._emit(ReplyStarted(reply.reply_id, reply.message_id))
+            pending = list(zip(self._conversation, self._rows, strict=True))
+            changes, self._changes = self._changes, []
+        self._save_request(reply, pending)
+        self._emit(
+            ReplyStarted(
+                reply.reply_id,
+                reply.message_id,
+                reply.kind,
+                reply.prefix
+                if reply.kind == "continue"
+                else (pending[-1][0]["content"] if reply.kind == "edit" else ""),
+                reply.version,
+            )
+        )
+        for change in changes:
+            self.on_conversation_replaced(change)
         return reply
+
+    def _take(self, job: _Job) -> _Reply:
+        """Apply ``job`` to the conversation and build its reply (lock held)."""
+        self._next_reply_id += 1
+        conversation, rows = self._conversation, self._rows
+        reply = _Reply(
+            reply_id=self._next_reply_id,
+            message_id=job.message_id,
+            params=self.params,
+            messages=[],
+            ref=self._ref,
+            kind=job.kind,
+        )
+        # A turn action was checked when it was asked for (:meth:`_refusal`), and
+        # nothing changes the conversation between then and now: no reply was in
+        # flight or queued, and none can start before this one.
+        kind = job.kind
+        if kind == "send":
+            conversation.append({"role": "user", "content": job.text})
+            rows.append(_SavedMessage())
+            self._versions, self._version = [], 0
+        elif kind in ("regenerate", "edit"):
+            if conversation and conversation[-1]["role"] == "assistant":
+                reply.replaced = conversation.pop()
+                reply.saved = rows.pop()
+            user = conversation[-1]
+            if reply.replaced is not None:
+                if not self._versions:
+                    self._versions = [_as_version(1, user, reply.replaced)]
+                    self._version = 1
+                reply.kept = _as_version(self._version, user, reply.replaced)
+                self._versions[self._version - 1] = reply.kept
+                reply.version = len(self._versions) + 1
+            if kind == "edit":
+                reply.replaced_user = user["content"]
+                conversation[-1] = {"role": "user", "content": job.text}
+            self._changed(kind, len(conversation) - (1 if kind == "edit" else 0))
+        else:  # continue
+            reply.replaced = conversation.pop()
+            reply.saved = rows.pop()
+            reply.prefix = reply.replaced["content"]
+            reply.parts.append(reply.prefix)
+            reply.version = self._version or 1
+            self._changed(kind, len(conversation), [*conversation, reply.replaced])
+        reply.messages = self._prompt_for(conversation)
+        if kind == "continue":
+            reply.messages.append({"role": "assistant", "content": reply.prefix})
+        return reply
+
+    def _save_request(
+        self, reply: _Reply, pending: list[tuple[ChatMessage, _SavedMessage]]
+    ) -> None:
+        """Queue the saves a request needs before its reply: unsaved messages (a new
+        conversation saves them all), the kept version, an edited user message."""
+        if self.storage is None:
+            return
+        ref, kept, version = reply.ref, reply.kept, reply.version
+        reply_saved = reply.saved
+        edited = pending[-1] if reply.kind == "edit" else None
+        if pending and pending[-1][0]["role"] == "user":
+            reply.user_saved = pending[-1][1]
+
+        def save(store: Store) -> None:
+            conversation_id = ref.ensure(store)
+            for message, saved in pending:
+                if saved.row_id is None:
+                    saved.row_id = store.add_message(conversation_id, message)
+            user_row = edited[1].row_id if edited is not None else None
+            if kept is not None and reply_saved.row_id is not None:
+                store.begin_version(
+                    reply_saved.row_id,
+                    user_row,
+                    kept,
+                    version,
+                    edited[0]["content"] if edited is not None else None,
+                )
+            elif edited is not None and user_row is not None:
+                store.edit_message(user_row, edited[0]["content"])
+
+        self.storage.submit(save)
 
     def _generate(self, reply: _Reply) -> StreamResult:
         if reply.cancel.is_set():
@@ -645,7 +1036,7 @@ class ChatSession:
             )
         except Exception as exc:  # keep the app up whatever the engine did
             return StreamResult(
-                "".join(reply.parts),
+                "".join(reply.parts[1:] if reply.prefix else reply.parts),
                 "error",
                 reply.stats or StreamStats(),
                 f"engine error: {exc!r}",
@@ -653,35 +1044,132 @@ class ChatSession:
 
     def _finish(self, reply: _Reply, result: StreamResult) -> None:
         """Engine thread: put the reply into the conversation, save it, report it."""
-        text = result.text
+        text = reply.prefix + result.text
         empty = not text.strip()
         interrupted = result.reason in ("cancelled", "error")
         # A message that failed before any reply (the prompt does not fit the context
         # window, the server refused it) leaves the context and the history: sent
         # again with the next message it would fail again (replay case C18).
-        unanswerable = empty and result.reason == "error"
+        unanswerable = empty and result.reason == "error" and reply.replaced is None
         stats = result.stats.snapshot()
+        restored: VersionShown | None = None
         with self._lock:
-            if unanswerable and self._conversation and self._conversation[-1]["role"] == "user":
-                self._conversation.pop()
+            conversation, rows = self._conversation, self._rows
+            if unanswerable and conversation and conversation[-1]["role"] == "user":
+                conversation.pop()
+                rows.pop()
             if not empty:
                 message: ChatMessage = {"role": "assistant", "content": text}
                 if interrupted:
                     message["interrupted"] = True
-                self._conversation.append(message)
+                conversation.append(message)
+                rows.append(reply.saved)
+                if reply.kind in ("regenerate", "edit") and reply.replaced is not None:
+                    self._versions.append(_as_version(reply.version, conversation[-2], message))
+                    self._version = reply.version
+                elif reply.kind == "continue" and self._versions:
+                    self._versions[self._version - 1] = _as_version(
+                        self._version, conversation[-2], message
+                    )
+            elif reply.replaced is not None:
+                # Nothing new came (stopped before the first token, an empty reply, an
+                # error): the reply that was there is put back as it was.
+                if reply.replaced_user is not None:
+                    conversation[-1] = {"role": "user", "content": reply.replaced_user}
+                conversation.append(reply.replaced)
+                rows.append(reply.saved)
+                if reply.kept is not None:
+                    count = len(self._versions)
+                    restored = VersionShown(
+                        reply.kept.user_content, _reply_of(reply.kept), reply.kept.n, count
+                    )
             self._current = None
             if reply.reply_id in self._buffers:
                 self._buffers[reply.reply_id] = (reply.buffer, True)
             self._last_stats = stats
             if self._state == "generating":
                 self._state = "interrupted" if result.reason == "cancelled" else "ready"
+            shown, count = (self._version, len(self._versions)) if self._versions else (1, 1)
         if not empty:
             self._save_reply(reply, text, partial=False, interrupted=interrupted)
-        else:
+        elif reply.kept is not None:
+            self._restore_saved(reply, reply.kept)
+        elif reply.replaced is None:
             self._delete_saved(reply.saved)
             if unanswerable:
                 self._delete_saved(reply.user_saved)
-        self._emit(ReplyFinished(reply.reply_id, text, result.reason, result.error, stats, empty))
+        self._emit(
+            ReplyFinished(
+                reply.reply_id,
+                text,
+                result.reason,
+                result.error,
+                stats,
+                empty,
+                reply.kind,
+                shown,
+                count,
+            )
+        )
+        if restored is not None:
+            self._emit(restored)
+
+    def _restore_kv_unlocked(self) -> None:
+        """Engine thread, called holding the session lock: restore the current
+        conversation's snapshot with the lock released (it reads a file and loads the
+        KV cache: the caller's thread must not wait for that)."""
+        self._kv_restore_asked = False
+        self._kv_save_asked = None  # the KV cache will not hold that conversation
+        conversation_id = self._ref.id
+        history = self._prompt_for(self._conversation)
+        if conversation_id is None:
+            return
+        self._work.release()
+        try:
+            self._snapshots.restore(self.engine, conversation_id, history)
+        finally:
+            self._work.acquire()
+
+    def _save_kv_snapshot(self, reply: _Reply) -> None:
+        """Engine thread: keep the KV cache as the reply's conversation's snapshot.
+
+        Skipped while closing (a quit must end within 1 s; the snapshot of the reply
+        before still holds all but the last turn) and while a message waits (its reply
+        ends soon and saves a snapshot holding this one: the wait would delay it). A
+        conversation not yet given its history id (the storage thread is behind) is
+        saved once it has one, if no other reply has started by then.
+        """
+        if not self._snapshots.enabled(self.engine) or self.storage is None:
+            return
+        with self._lock:
+            if self._closing or self._queue:
+                return
+        ref = reply.ref
+        if ref.id is not None:
+            self._snapshots.save(self.engine, ref.id)
+            return
+
+        def id_known(_done: Future[None]) -> None:
+            # Storage thread: the calls queued before this one (the reply's own saves,
+            # which give the conversation its id) have run.
+            with self._work:
+                if ref.id is not None:
+                    self._kv_save_asked = ref
+                    self._work.notify()
+
+        self.storage.submit(lambda _store: None).add_done_callback(id_known)
+
+    def _save_kv_unlocked(self) -> None:
+        """Engine thread, called holding the session lock: save the snapshot asked for
+        by :meth:`_save_kv_snapshot`, with the lock released."""
+        ref, self._kv_save_asked = self._kv_save_asked, None
+        if ref is None or ref.id is None:
+            return
+        self._work.release()
+        try:
+            self._snapshots.save(self.engine, ref.id)
+        finally:
+            self._work.acquire()
 
     def _save_reply(
         self,
@@ -709,6 +1197,19 @@ class ChatSession:
         reply.last_save = time.monotonic()
         storage.submit(save)
 
+    def _restore_saved(self, reply: _Reply, kept: StoredVersion) -> None:
+        """Put the saved reply (and question) that a failed regenerate or edit replaced
+        back in the history."""
+        if self.storage is None:
+            return
+        saved, user_saved = reply.saved, reply.user_saved
+
+        def restore(store: Store) -> None:
+            if saved.row_id is not None:
+                store.use_version(saved.row_id, user_saved.row_id, kept)
+
+        self.storage.submit(restore)
+
     def _delete_saved(self, saved: _SavedMessage) -> None:
         """Remove a saved message again (an empty reply saved while it streamed)."""
         if self.storage is None:
@@ -721,35 +1222,22 @@ class ChatSession:
         self.storage.submit(delete)
 
 
-_Opened = tuple[int, list[ChatMessage], str | None]
-"""A conversation read from the history: id, messages, its own settings (JSON) or None."""
-
-
-def _load_latest(store: Store) -> _Opened | None:
-    """Storage thread: recover replies left streaming by a killed process, then load
-    the newest conversation."""
-    store.recover_partial()
-    conversation_id = store.latest_conversation()
-    if conversation_id is None:
-        return None
-    return open_conversation(store, conversation_id)
-
-
-def open_conversation(store: Store, conversation_id: int) -> _Opened:
-    """Storage thread: a saved conversation's messages and its own settings (every way
-    of opening a conversation must read both)."""
-    return (
-        conversation_id,
-        store.messages(conversation_id),
-        store.conversation_settings(conversation_id),
-    )
-
-
 def _one_line_error(exc: BaseException) -> str:
     """An engine's failure as one line: its message when it is an EngineError."""
     if isinstance(exc, EngineError):
         return str(exc)
     return f"could not load the model: {exc!r}"
+
+
+def _as_version(n: int, user: ChatMessage, reply: ChatMessage) -> StoredVersion:
+    return StoredVersion(n, user["content"], reply["content"], bool(reply.get("interrupted")))
+
+
+def _reply_of(version: StoredVersion) -> ChatMessage:
+    message: ChatMessage = {"role": "assistant", "content": version.content}
+    if version.interrupted:
+        message["interrupted"] = True
+    return message
 
 
 class _Sink:
@@ -773,6 +1261,18 @@ class _Sink:
                     "warning",
                 )
             )
+
+    def on_prefill_progress(self, event: PrefillProgress, stats: StreamStats) -> None:
+        self._session._emit(
+            PrefillProgressed(
+                self._reply.reply_id,
+                event.n_done,
+                event.n_total,
+                event.elapsed_ms,
+                event.eta_ms,
+                event.n_reused,
+            )
+        )
 
     def on_text(self, text: str, stats: StreamStats) -> None:
         reply = self._reply

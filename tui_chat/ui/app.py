@@ -24,11 +24,12 @@ from textual.binding import Binding, BindingType
 from textual.command import Provider
 from textual.driver import Driver
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
+from tui_chat.kvcache import SnapshotCache
 from tui_chat.sanitize import sanitize
 from tui_chat.session import (
     ChatSession,
@@ -43,9 +44,11 @@ from tui_chat.session import (
     ReplyFinished,
     ReplyStarted,
     SessionEvent,
+    VersionShown,
 )
 from tui_chat.session.events import Severity
 from tui_chat.ui.commands import ChatCommands, PaletteCommand, chat_commands
+from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.screens.help import HelpScreen
@@ -53,28 +56,24 @@ from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, op
 from tui_chat.ui.screens.settings import open_settings
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
+from tui_chat.ui.widgets.conversation import MAX_MOUNTED_TURNS, version_label
 from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
     EMPTY_NOTE,
     INTERRUPTED_NOTE,
     AssistantTurn,
     UserTurn,
-    note_for,
 )
 from tui_chat.ui.widgets.welcome import Welcome
 
-# Finished turns beyond this many are unmounted (they stay in the conversation and the
-# saved history): every mounted widget costs layout time on each height change and
-# memory (about 150 kB a turn with Textual 8.2.8; at 80 turns RSS grew 1.25x from turn
-# 10 to turn 200, issue 3's bench).
-MAX_MOUNTED_TURNS = 40
+__all__ = ["MAX_MOUNTED_TURNS", "ChatApp", "make_app"]
 
 CLOSE_TIMEOUT_S = 0.6
 """At exit, the longest wait for the reply in flight and the history to be saved
 (the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
 
 
-class ChatApp(App[int]):
+class ChatApp(ConversationKeys):
     """The chat application. Build it with :func:`make_app`.
 
     Attributes:
@@ -101,7 +100,7 @@ class ChatApp(App[int]):
         # Not in the footer, which has no room left at 80 columns: the composer's
         # placeholder and the empty chat name F1, and F1 lists the rest.
         Binding("f1", "show_help", "Keys", show=False),
-        Binding("ctrl+o", "copy_reply", "Copy reply", show=False),
+        Binding("ctrl+y", "copy_reply", "Copy reply", show=False),
         Binding("ctrl+up", "select_turn", "Select a turn", show=False),
         Binding("pageup", "scroll_chat('page_up')", "Scroll up", show=False),
         Binding("pagedown", "scroll_chat('page_down')", "Scroll down", show=False),
@@ -129,14 +128,13 @@ class ChatApp(App[int]):
             history=history,
             resume=config.resume,
             trace=trace,
+            kv_cache=SnapshotCache(limit_bytes=config.kv_cache_limit_bytes),
         )
         self.load_error: str | None = None
         self.last_reply: ReplyFinished | None = None
         self.n_replies_shown = 0
         self._user_turns: dict[int, UserTurn] = {}
         self._live: tuple[int, AssistantTurn] | None = None
-        self._unmounted = 0  # turns taken off the screen to bound the widget tree
-        self._n_replies = 0  # reply turns of this conversation (their numbers)
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
         self.engine_factory: EngineFactory = default_engine_factory
@@ -144,7 +142,7 @@ class ChatApp(App[int]):
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        with ChatView(id="conversation"):
+        with ChatView(id="conversation", saved=self.session.storage is not None):
             yield Welcome(self._model_name(), None)
         yield self._status
         yield Composer(id="composer")
@@ -198,6 +196,8 @@ class ChatApp(App[int]):
         event = message.event
         if not self._status.is_attached:
             return  # the app is closing: the engine thread finishing a cancelled reply
+        if self._status.track(event):  # prefill progress, a KV snapshot restored
+            self._update_status()
         if isinstance(event, FirstText):
             await self._paint_tick()
         elif isinstance(event, ReplyStarted):
@@ -223,39 +223,40 @@ class ChatApp(App[int]):
             self.load_error = event.error
             self.exit(return_code=2)
         elif isinstance(event, HistoryOpened):
-            await self._show_history(event.messages)
+            self._user_turns.clear()
+            view = self.chat
+            view.reply_label = self._model_name()
+            self.composer.set_history([m["content"] for m in event.messages if m["role"] == "user"])
+            await view.show(
+                event.messages, event.focus_index, version_label(event.version, event.n_versions)
+            )
+            # Sent while it loaded: they go to this conversation, after its messages.
+            for message_id, text in event.queued:
+                self._user_turns[message_id] = turn = UserTurn(text, queued=True)
+                await view.add(turn, {"role": "user", "content": text})
+            self._update_status()
+        elif isinstance(event, VersionShown):
+            await self.chat.replace_last_exchange(
+                event.user, event.reply, version_label(event.version, event.n_versions)
+            )
         elif isinstance(event, Notice):
             self.notice(event.text, event.severity)
-
-    async def _show_history(self, messages: tuple[ChatMessage, ...]) -> None:
-        view = self.chat
-        shown = [m for m in messages if m["role"] != "system"]
-        self.composer.set_history([m["content"] for m in shown if m["role"] == "user"])
-        self._unmounted = max(0, len(shown) - MAX_MOUNTED_TURNS)
-        if shown:
-            await view.query("#welcome").remove()
-        if self._unmounted:
-            self._show_unmounted(view)
-        numbers = []  # each message's reply number (counting the unmounted ones)
-        for m in shown:
-            self._n_replies += m["role"] == "assistant"
-            numbers.append(self._n_replies)
-        label = self._model_name()
-        await view.mount_all(
-            UserTurn(m["content"])
-            if m["role"] == "user"
-            else AssistantTurn(m["content"], note_for(m), label=label, number=number)
-            for m, number in list(zip(shown, numbers, strict=True))[-MAX_MOUNTED_TURNS:]
-        )
 
     async def _reply_started(self, event: ReplyStarted) -> None:
         user_turn = self._user_turns.pop(event.message_id, None)
         if user_turn is not None:
             user_turn.queued = False
-        self._n_replies += 1
-        turn = AssistantTurn(label=self._model_name(), number=self._n_replies)
+        view = self.chat
+        if event.kind in ("regenerate", "continue", "edit"):
+            await view.remove_last(AssistantTurn)  # replaced (kept as a version) or carried on
+        if event.kind == "edit":
+            await view.remove_last(UserTurn)
+            await view.add(UserTurn(event.text), {"role": "user", "content": event.text})
+        turn = AssistantTurn(label=self._model_name())
         self._live = (event.reply_id, turn)
-        await self._mount_turn(turn)
+        await view.add(turn)
+        if event.kind == "continue":
+            turn.paint(event.text)
         self._update_status()
 
     async def _reply_finished(self, event: ReplyFinished) -> None:
@@ -277,6 +278,12 @@ class ChatApp(App[int]):
             note = f"{INTERRUPTED_NOTE} before any text"
         self._live = None
         await turn.finish(event.text, sanitize(note) if note else None)
+        if not event.empty:
+            message: ChatMessage = {"role": "assistant", "content": event.text}
+            if event.reason in ("cancelled", "error"):
+                message["interrupted"] = True
+            self.chat.record(turn, message)
+            await self.chat.set_versions(version_label(event.version, event.n_versions))
         if event.reason == "error":
             self.notice(event.error or "error", "error")
         self.last_reply = event
@@ -288,13 +295,16 @@ class ChatApp(App[int]):
         text = event.text.strip()
         if not text:
             return
+        if self.editing:
+            self.send_edit(text)
+            return
         queued = self.session.busy or self.session.model_info is None
         turn = UserTurn(text, queued=queued)
         message_id = self.session.submit(text)
         if queued:
             self._user_turns[message_id] = turn
         self.chat.scroll_end(animate=False)  # back to the newest turns, following them
-        await self._mount_turn(turn)
+        await self.chat.add(turn, {"role": "user", "content": text})
 
     def on_composer_reached_top(self, event: Composer.ReachedTop) -> None:
         """Up past the oldest recalled message: the cursor goes onto the turns."""
@@ -321,27 +331,6 @@ class ChatApp(App[int]):
 
     def on_chat_view_copy_asked(self, event: ChatView.CopyAsked) -> None:
         self._copy_turn(event.turn, event.code_block)
-
-    async def _mount_turn(self, widget: Static | AssistantTurn) -> None:
-        view = self.chat
-        await view.query("#welcome").remove()
-        await view.mount(widget)
-        turns = view.query(".turn")
-        excess = list(turns)[: max(0, len(turns) - MAX_MOUNTED_TURNS)]
-        if excess:
-            self._unmounted += len(excess)
-            await view.remove_children(excess)
-            self._show_unmounted(view)
-
-    def _show_unmounted(self, view: ChatView) -> None:
-        """Say at the top how many earlier messages are not shown."""
-        text = f"… {self._unmounted} earlier messages are not shown (they stay in the context"
-        text += " and the saved history)" if self.session.storage is not None else ")"
-        labels = view.query(".earlier")
-        if labels:
-            labels.first(Static).update(text)
-        else:
-            view.mount(Static(text, markup=False, classes="earlier"), before=0)
 
     # -------------------------------------------------------------- painting
     async def _paint_tick(self) -> None:
@@ -372,10 +361,17 @@ class ChatApp(App[int]):
         session = self.session
         loading = session.loading_model  # a model switch: show the model that loads
         info = None if loading else session.model_info
+        name = self._model_name()
         if self._status.is_attached:
-            self._status.show(session.state, session.live_stats(), info, self._model_name())
+            self._status.show(
+                session.state,
+                session.live_stats(),
+                info,
+                name,
+                conversation_id=session.conversation_id,
+            )
             for welcome in self.query(Welcome).results(Welcome):
-                welcome.show(self._model_name(), info)
+                welcome.show(name, info)
 
     def notice(self, text: str, severity: Severity = "information") -> None:
         """A toast for the user: the one way the app shows a line it did not write
@@ -391,12 +387,13 @@ class ChatApp(App[int]):
         turns)."""
         if action == "interrupt":
             return self.session.busy
-        return True
+        return super().check_action(action, parameters)
 
     def action_stop_reply(self) -> None:
-        """Esc: stop the reply that is streaming (no-op when idle), and leave the turn
-        cursor for the composer."""
-        self.session.cancel()
+        """Esc: stop the reply that is streaming, else leave editing the last message;
+        and leave the turn cursor for the composer."""
+        if not self.session.cancel():
+            self.cancel_edit()
         if self.chat.has_focus:
             self.chat.clear_cursor()
             self.composer.focus()
@@ -448,10 +445,8 @@ class ChatApp(App[int]):
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
         if not self.session.new_chat():
             return
-        await self.chat.remove_children()
+        await self.chat.clear()
         await self.chat.mount(Welcome(self._model_name(), self.session.model_info))
-        self._unmounted = 0
-        self._n_replies = 0
         self._user_turns.clear()
         self.composer.focus()
         self._update_status()
@@ -479,7 +474,7 @@ class ChatApp(App[int]):
             self.push_screen(HelpScreen())
 
     def action_copy_reply(self) -> None:
-        """Ctrl+O: copy the selected turn (else the last reply) as Markdown source."""
+        """Ctrl+Y: copy the selected turn (else the last reply) as Markdown source."""
         self._copy_turn(self.chat.copy_target(), 0)
 
     def action_copy_code(self, n: int) -> None:
@@ -488,7 +483,8 @@ class ChatApp(App[int]):
 
     def _copy_turn(self, turn: Widget | None, code_block: int) -> None:
         try:
-            clip = clip_of(turn, code_block)
+            number = self.chat.reply_number(turn) if turn is not None else 0
+            clip = clip_of(turn, code_block, number)
         except NothingToCopy as why:
             self.notice(str(why), "warning")
             return

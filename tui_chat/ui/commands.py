@@ -35,7 +35,7 @@ class PaletteCommand:
 
 CHAT_COMMANDS: tuple[PaletteCommand, ...] = (
     PaletteCommand("New chat", "Start a new conversation (Ctrl+L)", "clear"),
-    PaletteCommand("Copy reply", "The selected turn, or the last reply (Ctrl+O)", "copy_reply"),
+    PaletteCommand("Copy reply", "The selected turn, or the last reply (Ctrl+Y)", "copy_reply"),
     PaletteCommand("Stop reply", "Stop the reply that is streaming (Esc)", "stop_reply"),
     PaletteCommand("Select a turn", "Move a cursor over the turns (Ctrl+Up)", "select_turn"),
     PaletteCommand("Help: keys", "Every key of the app (F1)", "show_help"),

@@ -42,9 +42,9 @@ class NothingToCopy(Exception):
     what there is."""
 
 
-def clip_of(turn: Widget | None, code_block: int = 0) -> Clip:
+def clip_of(turn: Widget | None, code_block: int = 0, number: int = 0) -> Clip:
     """The text to copy from ``turn``: its whole source, or code block ``code_block``
-    (from 1) of a reply.
+    (from 1) of a reply; ``number`` is which reply it is, for the notice (0: unknown).
 
     Raises:
         NothingToCopy: no turn, not a turn, an empty turn, or fewer code blocks than
@@ -53,7 +53,7 @@ def clip_of(turn: Widget | None, code_block: int = 0) -> Clip:
     if turn is None:
         raise NothingToCopy("there is no reply to copy yet")
     if isinstance(turn, AssistantTurn):
-        name = f"reply {turn.number}" if turn.number else "the reply"
+        name = f"reply {number}" if number else "the reply"
     elif isinstance(turn, UserTurn):
         name = "your message"
     else:

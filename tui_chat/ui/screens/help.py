@@ -39,7 +39,10 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("Esc", "stop the reply"),
             ("Ctrl+C", "stop the reply while one streams; else copy the selection"),
-            ("Ctrl+O", "copy the selected turn, or the last reply"),
+            ("Ctrl+Y", "copy the selected turn, or the last reply"),
+            ("Ctrl+R", "regenerate the last reply (F4 / F5: its versions)"),
+            ("Ctrl+G", "continue the last reply from where it stopped"),
+            ("F6", "edit your last message: Enter sends it again, Esc cancels"),
             ("Ctrl+L", "new chat"),
         ),
     ),
@@ -48,6 +51,8 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("F1 or ?", "these keys (? when the composer is empty)"),
             ("Ctrl+P", "commands: new chat, copy, code blocks, stop, ..."),
+            ("Ctrl+O", "saved chats: open, rename, delete, export"),
+            ("Ctrl+F", "search every saved chat"),
             ("F2", "this conversation's settings: system prompt, sampling"),
             ("F3", "pick a model"),
             ("Ctrl+Z", "suspend (fg to come back)"),

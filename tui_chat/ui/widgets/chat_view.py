@@ -1,4 +1,4 @@
-"""The conversation view: the turns, scrolled by keyboard, with a cursor over them."""
+"""The chat: the conversation view, read and copied by keyboard, a cursor over the turns."""
 
 from __future__ import annotations
 
@@ -6,40 +6,36 @@ from typing import ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.reactive import reactive
 from textual.widget import Widget
 
+from tui_chat.engine.base import ChatMessage
 from tui_chat.ui.widgets.composer import NEWLINE_KEYS
+from tui_chat.ui.widgets.conversation import ConversationView
+from tui_chat.ui.widgets.turns import AssistantTurn, role_label
+from tui_chat.ui.widgets.welcome import Welcome
 
 SELECTED = "-selected"
 """CSS class of the turn under the cursor."""
 
 
-class ChatView(VerticalScroll):
-    """The turns of the conversation (widgets with the ``turn`` class).
+class ChatView(ConversationView):
+    """The conversation view (:class:`ConversationView`: a bounded window of turns)
+    with what reading by keyboard needs.
 
     A click never takes the focus from the composer (:meth:`focus_on_click`): what the
     user types after clicking in the chat goes where they were typing. The view takes
     the focus only from the keyboard, to move a cursor over the turns
-    (:meth:`select_turn`); there Up/Down/Home/End move the cursor, Enter or ``c``
-    copies the turn and ``1``-``9`` its code block N (:class:`ChatView.CopyAsked`), and
-    any other key (and a paste) goes back to the composer (:class:`ChatView.TypedAway`,
+    (:meth:`select_turn`); there Up/Down/Home/End move the cursor (mounting the turns
+    above or below the window as it reaches them), Enter or ``c`` copies the turn and
+    ``1``-``9`` its code block N (:class:`ChatView.CopyAsked`), and any other key (and a
+    paste) goes back to the composer (:class:`ChatView.TypedAway`,
     :class:`ChatView.PastedAway`), never lost.
-    """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Previous turn", show=False),
-        Binding("down", "cursor(1)", "Next turn", show=False),
-        Binding("home", "cursor_to(0)", "First turn", show=False),
-        Binding("end", "cursor_to(-1)", "Last turn", show=False),
-        Binding("ctrl+up", "cursor(-1)", "Previous turn", show=False),
-        Binding("ctrl+down", "cursor(1)", "Next turn", show=False),
-        Binding("enter,c", "copy_turn", "Copy turn", show=False),
-        *(Binding(str(n), f"copy_code({n})", f"Copy code block {n}", show=False)
-          for n in range(1, 10)),
-    ]  # fmt: skip
+    Args:
+        saved: the conversation is saved (see :class:`ConversationView`).
+        id: the widget id.
+    """
 
     DEFAULT_CSS = """
     ChatView:focus {
@@ -53,8 +49,17 @@ class ChatView(VerticalScroll):
     """The keys of the cursor, on the view's bottom edge while it has the focus (the
     footer has no room for them at 80 columns)."""
 
-    cursor: reactive[int | None] = reactive(None, init=False)
-    """Index of the selected turn among :meth:`turns`, or None."""
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Previous turn", show=False),
+        Binding("down", "cursor(1)", "Next turn", show=False),
+        Binding("home", "cursor_to(0)", "First turn", show=False),
+        Binding("end", "cursor_to(-1)", "Last turn", show=False),
+        Binding("ctrl+up", "cursor(-1)", "Previous turn", show=False),
+        Binding("ctrl+down", "cursor(1)", "Next turn", show=False),
+        Binding("enter,c", "copy_turn", "Copy turn", show=False),
+        *(Binding(str(n), f"copy_code({n})", f"Copy code block {n}", show=False)
+          for n in range(1, 10)),
+    ]  # fmt: skip
 
     class CopyAsked(Message):
         """Copy the selected turn (``code_block`` 0) or its code block N (from 1)."""
@@ -68,7 +73,7 @@ class ChatView(VerticalScroll):
         """A key the chat does not use: it belongs to the composer.
 
         Attributes:
-            key: the key's name (``a``, ``enter``, ``backspace``).
+            key: the key's name (``a``, ``backspace``).
             character: the character it types, or None.
         """
 
@@ -91,6 +96,12 @@ class ChatView(VerticalScroll):
     class Left(Message):
         """The cursor went below the last turn: back to the composer."""
 
+    def __init__(self, *, saved: bool = True, id: str | None = None) -> None:
+        super().__init__(saved=saved, id=id)
+        self._selected: Widget | None = None
+        self.reply_label = ""
+        """The label of replies mounted from saved messages (the model's name)."""
+
     def on_mount(self) -> None:
         self.border_subtitle = self.HINT
 
@@ -98,63 +109,94 @@ class ChatView(VerticalScroll):
         """Clicks (and mouse selection) leave the focus where it was."""
         return False
 
-    def turns(self) -> list[Widget]:
-        """The turns on screen, oldest first."""
-        return list(self.query_children(".turn"))
+    # ------------------------------------------------------------ the window
+    def _turn(self, message: ChatMessage) -> Widget:
+        turn = super()._turn(message)
+        if isinstance(turn, AssistantTurn) and self.reply_label:
+            turn.border_title = role_label(self.reply_label)
+        return turn
 
+    async def show(
+        self,
+        messages: tuple[ChatMessage, ...] | list[ChatMessage],
+        focus_index: int | None = None,
+        versions: str | None = None,
+    ) -> Widget | None:
+        """:meth:`ConversationView.show`; the welcome goes once there are turns."""
+        self._select(None)
+        target = await super().show(messages, focus_index, versions)
+        if self.turns():
+            await self.query_children(Welcome).remove()
+        return target
+
+    async def add(self, widget: Widget, message: ChatMessage | None = None) -> None:
+        """:meth:`ConversationView.add`; the welcome goes."""
+        await self.query_children(Welcome).remove()
+        await super().add(widget, message)
+
+    # ------------------------------------------------------------ the cursor
     @property
     def selected(self) -> Widget | None:
-        """The turn under the cursor, or None."""
-        turns = self.turns()
-        if self.cursor is None or not turns:
-            return None
-        return turns[min(self.cursor, len(turns) - 1)]
+        """The turn under the cursor (while it is mounted), or None."""
+        turn = self._selected
+        return turn if turn is not None and turn.is_attached else None
 
     def copy_target(self) -> Widget | None:
         """What a copy takes when none is named: the selected turn, else the last
-        reply, else None."""
-        if self.selected is not None:
-            return self.selected
-        replies = [turn for turn in self.turns() if turn.has_class("assistant")]
-        return replies[-1] if replies else None
+        reply on screen, else None."""
+        return self.selected or self.last_turn(AssistantTurn)
+
+    def reply_number(self, turn: Widget) -> int:
+        """Which reply of the conversation ``turn`` is (1 for the first), counting the
+        replies above the mounted window; 0 if it is not a mounted reply."""
+        replies = [t for t in self.turns() if isinstance(t, AssistantTurn)]
+        if turn not in replies:
+            return 0
+        above = sum(1 for m in self._earlier if m["role"] == "assistant")
+        return above + replies.index(turn) + 1
+
+    def _select(self, turn: Widget | None) -> None:
+        if self._selected is not None:
+            self._selected.remove_class(SELECTED)
+        self._selected = turn
+        if turn is not None:
+            turn.add_class(SELECTED)
+            self.scroll_to_widget(turn, animate=False, top=turn.size.height > 3)
 
     def select_turn(self, index: int = -1) -> None:
-        """Put the cursor on turn ``index`` (negative: from the end) and take the focus."""
+        """Put the cursor on mounted turn ``index`` (negative: from the end) and take
+        the focus; nothing when there is no turn."""
         turns = self.turns()
         if not turns:
             return
-        self.cursor = index % len(turns) if index < 0 else min(index, len(turns) - 1)
+        self._select(turns[max(-len(turns), min(index, len(turns) - 1))])
         self.focus()
 
     def clear_cursor(self) -> None:
         """No turn selected."""
-        self.cursor = None
+        self._select(None)
 
-    def watch_cursor(self, old: int | None, new: int | None) -> None:
-        for turn in self.query_children(f".{SELECTED}"):
-            turn.remove_class(SELECTED)
-        selected = self.selected
-        if selected is not None:
-            selected.add_class(SELECTED)
-            self.scroll_to_widget(selected, animate=False, top=selected.size.height > 3)
-
-    def action_cursor(self, step: int) -> None:
-        """Move the cursor ``step`` turns (from the last turn when none is selected);
-        below the last turn, post :class:`Left`."""
+    async def action_cursor(self, step: int) -> None:
+        """Move the cursor ``step`` turns (from the last turn when none is selected),
+        mounting the turns above or below the window when it gets there; below the
+        last turn, post :class:`Left`."""
         turns = self.turns()
-        if not turns:
+        current = self.selected
+        index = len(turns) if current is None else turns.index(current)
+        target = index + step
+        if target < 0 and await self.load_earlier():
+            turns = self.turns()
+            target = (len(turns) if current is None else turns.index(current)) + step
+        elif target >= len(turns) and await self.load_later():
+            turns = self.turns()
+        if not turns or target >= len(turns):
+            self._select(None)
             self.post_message(self.Left())
             return
-        current = len(turns) if self.cursor is None else min(self.cursor, len(turns) - 1)
-        target = current + step
-        if target >= len(turns):
-            self.cursor = None
-            self.post_message(self.Left())
-            return
-        self.cursor = max(0, target)
+        self._select(turns[max(0, target)])
 
     def action_cursor_to(self, index: int) -> None:
-        """Put the cursor on the first (0) or last (-1) turn."""
+        """Put the cursor on the first (0) or last (-1) mounted turn."""
         self.select_turn(index)
 
     def action_copy_turn(self) -> None:
@@ -168,7 +210,7 @@ class ChatView(VerticalScroll):
             self.post_message(self.CopyAsked(self.selected, n))
 
     def on_focus(self, event: events.Focus) -> None:
-        if self.cursor is None:
+        if self.selected is None:
             self.select_turn()
 
     def on_blur(self, event: events.Blur) -> None:

@@ -17,6 +17,11 @@ terminal; Shift+Enter and Ctrl+Enter reach the app only from terminals that spea
 kitty keyboard protocol (``shift+\\r`` is xterm's modifyOtherKeys form); Alt+Enter is
 ESC CR, which :class:`tui_chat.ui.driver.PasteSafeParser` reports as ``alt+enter``."""
 
+_APP_KEYS_NOT_MINE = frozenset(
+    {"cursor_page_up", "cursor_page_down", "undo", "redo", "select_line"}
+)
+"""TextArea actions whose keys the app uses (see :meth:`Composer.check_action`)."""
+
 PLACEHOLDER = "Message · Enter: send · Ctrl+J: new line · F1: keys"
 
 
@@ -146,9 +151,10 @@ class Composer(TextArea):
 
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # PageUp/PageDown scroll the chat and Ctrl+Z suspends the app (the app's
-        # bindings), not this box's paging and undo.
-        if action in ("cursor_page_up", "cursor_page_down", "undo"):
+        # The app's keys, not this box's: PageUp/PageDown scroll the chat (not paging
+        # here), Ctrl+Z suspends (not undo, so Ctrl+Y is not redo but copy), F6 edits
+        # the last message (not select the line).
+        if action in _APP_KEYS_NOT_MINE:
             return False
         return super().check_action(action, parameters)
 

@@ -1,4 +1,5 @@
-"""The status line: state, numbers of the reply, GPU offload, a stall, model name."""
+"""The status line: state, prefill progress, numbers of the reply, GPU offload, a
+stall, model name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from textual.widget import Widget
 from tui_chat.engine.base import ModelInfo
 from tui_chat.engine.stream import StatsSnapshot
 from tui_chat.sanitize import sanitize
+from tui_chat.session.events import (
+    PrefillFinished,
+    PrefillProgressed,
+    ReplyFinished,
+    ReplyStarted,
+    SessionEvent,
+    SnapshotRestored,
+)
 
 SEPARATOR = " │ "
 
@@ -42,14 +51,40 @@ class StatusBar(Widget):
     text: reactive[str] = reactive("", layout=False)
     """The line shown (already sanitized), fitted to the bar's width."""
 
-    # What gives way first when the line is too long: the model name (shortened, then
-    # dropped), then the stall warning is shortened, then the prefill speed and the GPU
-    # layers are dropped. The state, TTFT, tokens/s and context are never cut.
-    _GIVE_WAY = ("name", "stall", "prefill", "gpu")
+    # What gives way when the line is too long, in this order: the stall warning is
+    # shortened, the prefill speed and the GPU layers are dropped, then the model name
+    # is shortened (with no room left, it is what the bar's edge cuts). The state, the
+    # prefill progress, "resumed from cache" and the numbers are never dropped.
+    _GIVE_WAY = ("stall", "prefill", "gpu")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._parts: dict[str, _Part] = {}
+        self._prefill: PrefillProgressed | None = None
+        self._resumed: SnapshotRestored | None = None
+        self._replies_since_resume = 0
+
+    def track(self, event: SessionEvent) -> bool:
+        """Follow the session events the line shows beside the numbers (issue 13): a
+        long prefill's progress, and a KV snapshot restored ("resumed from cache"),
+        which stays shown through the first reply after it.
+
+        Returns:
+            True when the event changed what the line shows (show it again).
+        """
+        if isinstance(event, PrefillProgressed):
+            self._prefill = event
+            return True
+        if isinstance(event, SnapshotRestored):
+            self._resumed, self._replies_since_resume = event, 0
+            return True
+        if isinstance(event, PrefillFinished | ReplyFinished):
+            self._prefill = None
+            if isinstance(event, ReplyFinished):
+                self._replies_since_resume += 1
+        elif isinstance(event, ReplyStarted) and self._replies_since_resume:
+            self._resumed = None
+        return False
 
     def render(self) -> Content:
         return Content(self.text)
@@ -58,17 +93,36 @@ class StatusBar(Widget):
         self.text = self._fit(self.content_size.width)
 
     def show(
-        self, state: str, stats: StatsSnapshot | None, info: ModelInfo | None, model_name: str
+        self,
+        state: str,
+        stats: StatsSnapshot | None,
+        info: ModelInfo | None,
+        model_name: str,
+        *,
+        conversation_id: int | None = None,
     ) -> None:
         """Show the state, the numbers, GPU offload, a stall and the model name
         (sanitized: a GGUF's name is untrusted).
 
+        While a prefill of several batches runs, the tokens read of the total and the
+        time left follow the state; "resumed from cache" follows when the KV snapshot of
+        ``conversation_id`` (the conversation shown) was restored (see :meth:`track`).
         GPU offload shows as ``GPU 30/30`` (layers offloaded / layers) and only when
         layers are offloaded. A stall is shown only while the reply that stalled streams
         (issue 10: it stayed after the reply had ended), and never pushes the numbers
         off a narrow bar (see ``_GIVE_WAY``).
         """
         parts: dict[str, _Part] = {"state": _Part(state)}
+        prefill = self._prefill
+        if prefill is not None:
+            # Short: at 80 columns it fits beside "resumed from cache, 2,000 tokens".
+            progress = f"prefill {prefill.n_done:,}/{prefill.n_total:,}"
+            if prefill.eta_ms is not None:
+                progress += f" · {prefill.eta_ms / 1000:.1f} s left"
+            parts["progress"] = _Part(progress)
+        resumed = self._resumed
+        if resumed is not None and resumed.conversation_id == conversation_id:
+            parts["resumed"] = _Part(f"resumed from cache, {resumed.n_tokens:,} tokens")
         if stats is not None:
             if stats.ttft_ms is not None:
                 parts["ttft"] = _Part(f"TTFT {stats.ttft_ms:.0f} ms")
@@ -97,19 +151,14 @@ class StatusBar(Widget):
         self.set_class(stall is not None, "-stall")
 
     def _fit(self, width: int) -> str:
-        """The parts joined, made to fit ``width`` cells by ``_GIVE_WAY`` (0: the width
-        is not known yet; nothing is cut)."""
+        """The parts joined, made to fit ``width`` cells as ``_GIVE_WAY`` says (0: the
+        width is not known yet; nothing is cut)."""
         parts = {key: part.text for key, part in self._parts.items() if part.text}
 
         def line() -> str:
             return SEPARATOR.join(parts.values())
 
         if width <= 0 or cell_len(line()) <= width:
-            return line()
-        name = parts.get("name", "")
-        room = width - (cell_len(line()) - cell_len(name)) - 1  # one cell for the "…"
-        if name and room >= 8:
-            parts["name"] = set_cell_size(name, room) + "…"
             return line()
         for key in self._GIVE_WAY:
             part = self._parts.get(key)
@@ -120,5 +169,11 @@ class StatusBar(Widget):
             else:
                 del parts[key]
             if cell_len(line()) <= width:
-                break
+                return line()
+        name = parts.pop("name", "")
+        room = width - cell_len(line()) - len(SEPARATOR)
+        if name:
+            # Shortened to the room left; with no room it stays last, past the edge.
+            fits = cell_len(name) <= room or room < 6
+            parts["name"] = name if fits else set_cell_size(name, room - 1) + "…"
         return line()

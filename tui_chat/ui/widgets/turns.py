@@ -115,7 +115,6 @@ class AssistantTurn(Vertical):
         final_text: build an already finished turn (a reloaded conversation).
         note: a line under a finished turn ("interrupted").
         label: its label, the model's name (sanitized here).
-        number: which reply of the conversation it is (1 for the first; 0: unknown).
     """
 
     def __init__(
@@ -124,10 +123,8 @@ class AssistantTurn(Vertical):
         note: str | None = None,
         *,
         label: str = "",
-        number: int = 0,
     ) -> None:
         super().__init__(classes="turn assistant")
-        self.number = number
         if label:
             self.border_title = role_label(label)
         self.final_text = final_text

@@ -1,0 +1,134 @@
+"""The keys of saved conversations and turn actions (issue 11), mixed into ChatApp.
+
+Kept apart from :mod:`tui_chat.ui.app` so that the app stays wiring: each key is one
+call to the session (:meth:`ChatSession.regenerate`, ...), or opens the saved
+conversations (:class:`~tui_chat.ui.screens.conversations.ConversationsScreen`). What
+the session reports back (``ReplyStarted`` of a turn action, ``HistoryOpened``,
+``VersionShown``) is painted by the app's ``on_session_update``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from tui_chat.ui.screens.conversations import Choice, ConversationsScreen, OpenConversation
+from tui_chat.ui.widgets.composer import Composer
+from tui_chat.ui.widgets.conversation import ConversationView
+
+if TYPE_CHECKING:
+    from tui_chat.session import ChatSession
+
+_CHAT_ACTIONS = frozenset(
+    {"clear", "conversations", "regenerate", "edit_last", "continue_reply", "version"}
+)
+"""Actions on the chat itself: not while another screen (the saved conversations, a
+dialog) is on top, where Ctrl+R would act on a chat the user cannot see."""
+
+
+class ConversationKeys(App[int]):
+    """Saved conversations and turn actions: Ctrl+O, Ctrl+F, Ctrl+R, F6, Ctrl+G, F4/F5."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Priority: the screen opens as the key arrives, so keys typed right after it
+        # (in the same read from the terminal) go to it, not to the chat's input.
+        Binding("ctrl+o", "conversations", "Chats", priority=True),
+        Binding("ctrl+f", "conversations(True)", "Search chats", show=False, priority=True),
+        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("f6", "edit_last", "Edit last", show=False),
+        Binding("ctrl+g", "continue_reply", "Continue", show=False),
+        Binding("f4", "version(-1)", "Previous version", show=False),
+        Binding("f5", "version(1)", "Next version", show=False),
+    ]
+
+    session: ChatSession
+    editing = False
+    """F6 put the last user message in the prompt: Enter sends it again as an edit."""
+
+    if TYPE_CHECKING:
+
+        async def action_clear(self) -> None: ...
+
+    @property
+    def conversation_view(self) -> ConversationView:
+        """The conversation's turns."""
+        return self.query_one("#conversation", ConversationView)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The chat's own keys act on the chat screen only (see ``_CHAT_ACTIONS``)."""
+        if action in _CHAT_ACTIONS and len(self.screen_stack) > 1:
+            return False
+        return True
+
+    def action_conversations(self, search: bool = False) -> None:
+        """Ctrl+O: the saved conversations (Ctrl+F: with the cursor in the search)."""
+        if self.session.storage is None:
+            self.notify("this chat is not saved (--no-history): nothing to browse", markup=False)
+            return
+        screen = ConversationsScreen(
+            self.session.storage, self.session.conversation_id, self._deleting, search
+        )
+        self.push_screen(screen, self._chosen)
+
+    def _deleting(self, conversation_id: int) -> bool:
+        """The open conversation is deleted from the list: a new chat replaces it."""
+        if conversation_id != self.session.conversation_id:
+            return True
+        if self.session.busy or self.session.queued():
+            self.notify("a reply is streaming into it: stop it first (Esc)", markup=False)
+            return False
+        self.call_later(self.action_clear)
+        return True
+
+    async def _chosen(self, choice: Choice | None) -> None:
+        if choice is None:
+            return
+        if self.session.busy or self.session.queued():
+            self.notify("wait until the reply has ended (Esc stops it)", markup=False)
+        elif isinstance(choice, OpenConversation):
+            self.session.open_conversation(choice.conversation_id, choice.message_id)
+        else:
+            await self.action_clear()
+
+    def action_regenerate(self) -> None:
+        """Ctrl+R: compute the last reply again (the old one stays a version: F4/F5)."""
+        self.session.regenerate()
+
+    def action_continue_reply(self) -> None:
+        """Ctrl+G: carry the last reply on from where it stopped."""
+        self.session.continue_reply()
+
+    def action_edit_last(self) -> None:
+        """F6: put the last message in the prompt; Enter sends it again, Esc cancels."""
+        last = next((m for m in reversed(self.session.messages()) if m["role"] == "user"), None)
+        if last is None or self.session.busy:
+            self.notify("there is no message to edit, or a reply is streaming", markup=False)
+            return
+        composer = self.query_one("#composer", Composer)
+        composer.text = last["content"]
+        composer.move_cursor(composer.document.end)
+        self.set_focus(composer)
+        self.editing = True
+        self.notify("editing your last message: Enter sends it again, Esc cancels", markup=False)
+
+    def send_edit(self, text: str) -> None:
+        """Enter while editing: send ``text`` in place of the last message."""
+        self.editing = False
+        if not self.session.edit_last(text):
+            self.query_one("#composer", Composer).text = text  # refused: keep it
+
+    def cancel_edit(self) -> bool:
+        """Esc while editing: empty the prompt and stop editing. False if not editing."""
+        if not self.editing:
+            return False
+        self.editing = False
+        self.query_one("#composer", Composer).text = ""
+        return True
+
+    def action_version(self, step: int) -> None:
+        """F4 / F5: show the previous / next version of the last reply."""
+        version, count = self.session.versions()
+        if count > 1:
+            self.session.show_version(max(1, min(count, version + step)))
