@@ -8,6 +8,7 @@ are checked in a pty: ``tests/e2e/test_paste_copy.py``).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from textual import events
 from textual.pilot import Pilot
@@ -17,6 +18,7 @@ from tests.helpers import screen_segments, screen_text
 from tests.test_app_stream import finished, ready
 from tui_chat.engine.base import ModelInfo
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.store import Store
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.markdown_view import MarkdownView
 from tui_chat.ui.widgets.chat_view import ChatView
@@ -290,3 +292,28 @@ async def test_the_status_bar_shows_offloaded_layers_only_when_there_are_some() 
             await pilot.pause()
             status = str(app.query_one("#status").render())
             assert ("GPU 30/30" in status) is shown, status
+
+
+async def test_the_cursor_mounts_the_turns_above_the_window(tmp_path: Path) -> None:
+    history = tmp_path / "h.db"
+    store = Store(history)
+    conversation = store.new_conversation("fake-model")
+    for i in range(30):
+        store.add_message(conversation, {"role": "user", "content": f"question {i}"})
+        store.add_message(conversation, {"role": "assistant", "content": f"answer {i}"})
+    store.close()
+    app = make_app(fake_config(resume=True), FakeEngine([]), history=history)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await ready(app)
+        view = chat(app)
+        await wait_for(lambda: "answer 29" in screen_text(app))
+        assert view.n_earlier > 0  # a window of the 60 turns is mounted
+        await pilot.press("ctrl+up", "c")  # numbered among all 30 replies
+        await wait_for(lambda: "copied reply 30 (9 chars)" in screen_text(app))
+        for _ in range(59):
+            await pilot.press("up")
+        await wait_for(lambda: getattr(view.selected, "source", "") == "question 0")
+        assert view.n_earlier == 0
+        await pilot.press("down", "c")
+        assert app.clipboard == "answer 0"
+        await wait_for(lambda: "copied reply 1 (8 chars)" in screen_text(app))
