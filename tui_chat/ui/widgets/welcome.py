@@ -32,8 +32,14 @@ class Welcome(Static):
     """
 
     def __init__(self, model_name: str, info: ModelInfo | None) -> None:
-        super().__init__(welcome_text(model_name, info), markup=False, id="welcome")
+        self._text = welcome_text(model_name, info)
+        super().__init__(self._text, markup=False, id="welcome")
 
     def show(self, model_name: str, info: ModelInfo | None) -> None:
-        """Name the model again (it loaded, or another one was picked)."""
-        self.update(welcome_text(model_name, info))
+        """Name the model again (it loaded, or another one was picked). The app calls
+        this on every status update: only a change is drawn (``Static.update`` lays
+        the screen out again even for the same text)."""
+        text = welcome_text(model_name, info)
+        if text != self._text:
+            self._text = text
+            self.update(text)
