@@ -8,10 +8,19 @@ import random
 import pytest
 from rich.markdown import Markdown
 from rich.segment import Segment
+from rich.syntax import Syntax
 
-from tests.stream_check import CONSOLE, Streamed, cells, one_shot, split_random, stream_and_check
+from tests.stream_check import (
+    CONSOLE,
+    Cells,
+    Streamed,
+    cells,
+    one_shot,
+    split_random,
+    stream_and_check,
+)
 from tui_chat.ui.markdown_blocks import DEFAULT_LIMITS, Limits, inline_cuts
-from tui_chat.ui.markdown_render import markdown_lines
+from tui_chat.ui.markdown_render import _highlighted, markdown_lines
 
 WIDTHS = (40, 80, 120)
 
@@ -235,3 +244,31 @@ def test_inline_cuts_fall_at_spaces_and_do_not_move_as_text_grows() -> None:
     for end in range(0, len(text), 97):
         partial = list(inline_cuts(text[:end], 0, 100))
         assert partial == cuts[: len(partial)]
+
+
+def test_code_is_drawn_as_rich_draws_it_line_by_line_again_or_not() -> None:
+    rng = random.Random(1)
+    samples = ["x = 1", "", "def f(x):\n\treturn x  # tab\n\n\n", "s = '''a\nb'''\n" * 3, "a" * 300]
+    for _ in range(20):
+        lines = (
+            "".join(rng.choice("ab xy_=()[]{}'\"#\t.:,01 ü日") for _ in range(80)) for _ in range(5)
+        )
+        samples.append("\n".join(lines))
+
+    def drawn(renderable: object, width: int) -> list[Cells]:
+        options = CONSOLE.options.update_width(width)
+        segments = CONSOLE.render(renderable, options)
+        return cells(
+            Segment.split_and_crop_lines(segments, width, include_new_lines=False, pad=True)
+        )
+
+    for code in samples:
+        for width in (3, 12, 40, 80):
+            want = drawn(
+                Syntax(code, "python", theme="monokai", word_wrap=True, padding=(0, 1)), width
+            )
+            for _ in range(2):  # the second time from the lines kept
+                options = CONSOLE.options.update_width(width)
+                assert (
+                    drawn(_highlighted(code, "python", "monokai", CONSOLE, options), width) == want
+                )

@@ -192,24 +192,32 @@ def parse_inline_piece(md: MarkdownIt, text: str, env: dict[str, Any]) -> list[T
     return token.children
 
 
-def reference_labels(tokens: list[Token]) -> frozenset[str]:
-    """Normalised labels of every ``[...]`` in the inline text of ``tokens``.
+def text_labels(text: str) -> frozenset[str]:
+    """Normalised labels of every ``[...]`` in inline ``text``.
 
     A superset of the labels a reference definition could turn into links (a label
     holds no unescaped bracket and at most 999 characters, CommonMark 0.31 "link
     label").
     """
+    if "]" not in text:
+        return frozenset()
     labels: set[str] = set()
-    for token in tokens:
-        if token.type != "inline" or "]" not in token.content:
-            continue
-        for match in _LABEL.finditer(token.content):
-            raw = match.group(1)
-            if raw is not None:
-                label = normalizeReference(raw)
-                if label:
-                    labels.add(label)
+    for match in _LABEL.finditer(text):
+        raw = match.group(1)
+        if raw is not None:
+            label = normalizeReference(raw)
+            if label:
+                labels.add(label)
     return frozenset(labels)
+
+
+def reference_labels(tokens: list[Token]) -> frozenset[str]:
+    """:func:`text_labels` of the inline text of ``tokens``."""
+    labels: frozenset[str] = frozenset()
+    for token in tokens:
+        if token.type == "inline":
+            labels |= text_labels(token.content)
+    return labels
 
 
 @dataclass
@@ -260,7 +268,6 @@ class TableBasis:
     widths: dict[int, list[int]] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
 class Unit:
     """A part of a top-level block with the tokens to render it on its own.
 
@@ -268,10 +275,45 @@ class Unit:
     renderer reads how they join from the first token's ``meta`` (code: ``top``,
     ``bottom``; list: ``list_start``, ``list_offset``; table: ``table_head``,
     ``table_foot``, ``table_basis``). A paragraph's parts are pieces of its inline
-    text (``[paragraph_open, inline, paragraph_close]``), wrapped as one text.
+    text (``[paragraph_open, inline, paragraph_close]``), wrapped as one text; they
+    keep only their text and parse it when asked (a 1 MB line is a thousand parts,
+    and every token kept is an object the garbage collector visits).
+
+    Args:
+        tokens: the tokens, or None for a piece of paragraph.
+        inline: for a piece of paragraph: the parser, the text, the env (references).
     """
 
-    tokens: list[Token]
+    __slots__ = ("_tokens", "_inline")
+
+    def __init__(
+        self,
+        tokens: list[Token] | None = None,
+        inline: tuple[MarkdownIt, str, dict[str, Any]] | None = None,
+    ) -> None:
+        self._tokens = tokens
+        self._inline = inline
+
+    @property
+    def tokens(self) -> list[Token]:
+        """The tokens (made again each time for a piece of paragraph)."""
+        if self._tokens is not None:
+            return self._tokens
+        assert self._inline is not None
+        md, text, env = self._inline
+        children = parse_inline_piece(md, text, env)
+        return [
+            Token("paragraph_open", "p", 1, block=True),
+            Token("inline", "", 0, content=text, children=children),
+            Token("paragraph_close", "p", -1, block=True),
+        ]
+
+    @property
+    def labels(self) -> frozenset[str]:
+        """Link labels it mentions (see :func:`reference_labels`)."""
+        if self._inline is not None:
+            return text_labels(self._inline[1])
+        return reference_labels(self.tokens)
 
 
 @dataclass(eq=False)
@@ -661,7 +703,7 @@ class BlockStream:
         block = split.block
         block.n_stable = len(block.units)
         for unit in block.units:
-            split.labels |= reference_labels(unit.tokens)
+            split.labels |= unit.labels
         block.labels = frozenset(split.labels)
         split.prefix = prefix
         self._win_start = self._real(cut, src)
@@ -834,15 +876,7 @@ class BlockStream:
         return _DELIMITER_LIKE.fullmatch(second) is None
 
     def _paragraph_unit(self, text: str, env: dict[str, Any]) -> Unit:
-        children = parse_inline_piece(self._md, text, env)
-        inline = Token("inline", "", 0, content=text, children=children)
-        return Unit(
-            [
-                Token("paragraph_open", "p", 1, block=True),
-                inline,
-                Token("paragraph_close", "p", -1, block=True),
-            ]
-        )
+        return Unit(inline=(self._md, text, env))
 
     def _split_units(self, split: _Split, top: TopBlock, src: str) -> list[Unit]:
         """The live parts of the split block, from the window's first block."""

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from markdown_it.token import Token
 from rich import box
 from rich._wrap import divide_line
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import (
     BlockQuote,
@@ -36,6 +37,7 @@ from rich.markdown import (
     TableElement,
     TextElement,
 )
+from rich.padding import Padding
 from rich.segment import Segment
 from rich.syntax import Syntax
 from rich.table import Table
@@ -158,15 +160,44 @@ class _CodeBlock(CodeBlock):
             yield _code_pad(self.theme, console, options)
         size = self.chunk_lines
         for i in range(0, len(lines), size):
-            yield Syntax(
-                "\n".join(lines[i : i + size]),
-                self.lexer_name,
-                theme=self.theme,
-                word_wrap=True,
-                padding=(0, 1),
-            )
+            chunk = "\n".join(lines[i : i + size])
+            yield _highlighted(chunk, self.lexer_name, self.theme, console, options)
         if self.bottom:
             yield _code_pad(self.theme, console, options)
+
+
+_CODE_LINES: dict[tuple[Any, ...], list[Line]] = {}
+
+
+def _highlighted(
+    code: str, lexer: str, theme: str, console: Console, options: ConsoleOptions
+) -> Padding:
+    """``Syntax(code, lexer, theme=theme, word_wrap=True, padding=(0, 1))``, as Rich
+    draws it (one line at a time), reusing the lines drawn for an unchanged line.
+
+    The code is highlighted again each time (Pygments may read a line differently
+    once the next one arrives), but a live code block's lines do not change as it
+    grows except the last: a paint draws one or two lines (test_markdown_stream checks
+    the lines equal Rich's).
+    """
+    syntax = Syntax(code, lexer, theme=theme, word_wrap=True, padding=(0, 1))
+    ends_on_nl = code.endswith("\n")
+    processed = (code if ends_on_nl else code + "\n").expandtabs(syntax.tab_size)
+    base = Syntax.get_theme(theme).get_background_style()
+    width = max(0, options.max_width - 2)
+    line_options = options.update(width=width, height=None, justify="left")
+    pad = not base.transparent_background
+    lines: list[Line] = []
+    for line in syntax.highlight(processed).split("\n", allow_blank=ends_on_nl):
+        key = (line.plain, line.style, tuple(line.spans), width, theme, id(console))
+        drawn = _CODE_LINES.get(key)
+        if drawn is None:
+            if len(_CODE_LINES) > 256:  # a live code block has code_chunk_lines lines
+                _CODE_LINES.clear()
+            drawn = console.render_lines(line, line_options, style=base, pad=pad)
+            _CODE_LINES[key] = drawn
+        lines.extend(drawn)
+    return Padding(_Lines(lines), style=base, pad=(0, 1))
 
 
 class _BlockQuote(BlockQuote):
@@ -351,7 +382,7 @@ class _Doc(Markdown):
     def __init__(self, tokens: list[Token], limits: Limits, sink: list[Any] | None) -> None:
         # Not Markdown.__init__: it builds a parser of its own (0.5 ms) for its markup.
         # These are the attributes its __rich_console__ and elements read (Rich 14-15;
-        # test_markdown_render checks a plain text draws as Rich draws it).
+        # test_markdown_stream checks a plain text draws as Rich draws it).
         self.markup = ""
         self.parsed = tokens
         self.code_theme = CODE_THEME
@@ -440,15 +471,16 @@ class PaintUpdate:
 def _break_is_safe(plain: str, offset: int, width: int) -> bool:
     """Whether a wrap break at ``offset`` is one that wrapping from there finds again.
 
-    True at a word's start, and inside a run without spaces that is still longer than
-    the width after the break (Rich folds it the same from either place).
+    True at a word's start, and inside a run without whitespace that is still longer
+    than the width after the break (Rich folds it the same from either place). Rich's
+    words are ``\\s*\\S+\\s*`` (``rich._wrap``): whitespace is ``str.isspace``.
     """
-    if plain[offset - 1] in " \n" and plain[offset] not in " \n":
+    if plain[offset - 1].isspace() and not plain[offset].isspace():
         return True
     end = offset
-    while end < len(plain) and plain[end] not in " \n":
+    while end < len(plain) and not plain[end].isspace() and end - offset <= 2 * width:
         end += 1
-    return Text(plain[offset:end]).cell_len > width
+    return cell_len(plain[offset:end]) > width
 
 
 class _ParagraphPainter:
