@@ -22,10 +22,13 @@ its top-level blocks (each top-level token carries ``.map``, its source lines). 
   underline turned the paragraph into a heading, ...), the block is parsed again in
   full, once.
 
-A block is closed when the parser has started the next block on a complete line and
-the line after that is complete too: line by line the parser decides whether a line
-continues a block from that line alone, except tables, whose header needs the next
-line (GFM; markdown-it-py's ``table`` rule).
+A block is closed when the parser has started the next block on a complete line (and
+the line after that is complete too if the next block is a table): line by line the
+parser decides whether a line continues a block from that line alone, except a table,
+whose header needs its delimiter row (GFM; markdown-it-py's ``table`` rule). See
+:func:`_is_closed` for the blocks a blank line or their own line closes. Frozen text
+ends with the last frozen block: a reference definition after it may still take the
+next line as its title.
 
 Where this renderer differs from CommonMark, on purpose, so that the cost of a paint
 stays bounded (each rule applies to the one-shot render too, so streamed and one-shot
@@ -441,7 +444,6 @@ class BlockStream:
         self.frozen: list[Block] = []
         self.live: list[Block] = []
         self.replaced: list[int] = []
-        self.finished = False
         self._win = ""  # the text of the window (the live text, or the split block's rest)
         self._win_start = 0  # offset of the window's text in the reply
         self._split: _Split | None = None
@@ -493,14 +495,12 @@ class BlockStream:
             current.startswith(text) and not current[len(text) :].strip() and cut <= len(self._win)
         ):
             self._reset()
-            self.finished = True
             self.append(text)
             return
         if cut:
             self._parts = [text]
             self._length = len(text)
             self._win = self._win[: len(self._win) - cut]
-        self.finished = True
         self._update()
 
     # -------------------------------------------------------------- updating
