@@ -31,13 +31,13 @@ STAMP := $(VENV)/.installed-$(BUILD)
 run: install $(MODEL)
 	$(BIN)/tui-chat $(ARGS)
 
-test: install $(SMOLLM2) $(GEMMA) tmux
+test: install $(SMOLLM2) $(GEMMA) tmux spec
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # What a developer runs before a commit: formatting, lint, types (sources, tests, the
 # benchmark and scripts), the import contracts of pyproject.toml, then the tests.
-check: install $(SMOLLM2) $(GEMMA) tmux
+check: install $(SMOLLM2) $(GEMMA) tmux spec
 	$(BIN)/ruff format --check tui_chat tests bench scripts
 	$(BIN)/ruff check tui_chat tests bench scripts
 	$(BIN)/mypy tui_chat tests bench scripts
@@ -84,6 +84,12 @@ $(SMOLLM2): | $(STAMP)
 
 $(GEMMA): | $(STAMP)
 	$(BIN)/python scripts/place_model.py gemma $@
+
+# The CommonMark spec examples for tests/test_markdown_spec.py, from markdown-it-py's
+# sdist on PyPI, into .cache/ (git-ignored). Offline the spec test skips.
+.PHONY: spec
+spec: | $(STAMP)
+	$(BIN)/python -m tests.commonmark_spec
 
 # tmux for the end-to-end tests, from the system packages when it is missing: apt-get
 # (Debian, Ubuntu) as root or with password-less sudo; the package lists are refreshed

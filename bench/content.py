@@ -81,3 +81,40 @@ def long_prompt(n_words: int, salt: int) -> str:
     rng = random.Random(salt)
     words = [rng.choice(_WORDS) for _ in range(n_words)]
     return f"Request {salt}: summarise these notes. " + " ".join(words)
+
+
+def _words(rng: random.Random, n_chars: int) -> str:
+    words: list[str] = []
+    size = 0
+    while size < n_chars:
+        word = rng.choice(_WORDS)
+        if rng.random() < 0.05:
+            word = f"**{word}**"
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)
+
+
+def shape_texts(seed: int = 13) -> dict[str, str]:
+    """Replies that are one block growing without end (issue 9's ``shapes`` group).
+
+    ``table``: 600 rows; ``list``: 3000 numbered items; ``code``: a 5000-line code
+    block; ``line``: one line of 1 MB (case C36), words with some bold.
+    """
+    rng = random.Random(seed)
+    table = "| name | n | kind | note |\n|---|---:|---|---|\n" + "".join(
+        f"| {rng.choice(_WORDS)} | {rng.randrange(10_000)} | {rng.choice(_WORDS)} | "
+        f"{_words(rng, 24)} |\n"
+        for _ in range(600)
+    )
+    items = "".join(f"{k}. {_words(rng, 36)}\n" for k in range(1, 3001))
+    code = (
+        "```python\n"
+        + "".join(
+            f"    value_{k} = {rng.choice(_WORDS)}({k}, '{rng.choice(_WORDS)}')  # {k % 7}\n"
+            for k in range(5000)
+        )
+        + "```\n"
+    )
+    line = _words(rng, 1_000_000)
+    return {"table": table, "list": items, "code": code, "line": line}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import random
 import statistics
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from bench.content import markdown_pieces
+from bench.content import markdown_pieces, pieces_of, shape_texts
 from bench.probe import (
     LagProbe,
     Recorder,
@@ -306,10 +307,14 @@ async def long_reply_run(render_interval_ms: int) -> dict[str, float]:
     return {"paint_ms_1k": at_1k, "paint_ms_20k": at_20k, "ratio": at_20k / at_1k}
 
 
-async def rss_run(n_turns: int = 200, checkpoint: int = 10) -> dict[str, float]:
-    """RSS after ``n_turns`` short fake turns / after ``checkpoint`` turns."""
-    pieces = markdown_pieces(60, seed=7)
-    engine = FakeEngine([paced([*pieces, EOG], 0)])
+async def rss_run(n_turns: int = 200, checkpoint: int = 40) -> dict[str, float]:
+    """Case C37: RSS after ``n_turns`` realistic fake turns / after ``checkpoint`` turns.
+
+    Each reply is different: 500 token pieces of mixed Markdown (headings, paragraphs,
+    lists, code, tables, quotes; about 250 words), streamed as fast as the app takes
+    them. Only the last 40 turns stay mounted, so memory should level off.
+    """
+    engine = FakeEngine(lambda messages: paced([*markdown_pieces(500, seed=len(messages)), EOG]))
     rss_at: dict[int, int] = {}
     app = build_app(engine, 80)
     t0 = time.perf_counter()
@@ -325,11 +330,133 @@ async def rss_run(n_turns: int = 200, checkpoint: int = 10) -> dict[str, float]:
                 await pilot.pause()
                 rss_at[turn] = rss_bytes()
     return {
-        "rss_10_mb": rss_at[checkpoint] / 2**20,
-        "rss_200_mb": rss_at[n_turns] / 2**20,
+        f"rss_{checkpoint}_mb": rss_at[checkpoint] / 2**20,
+        f"rss_{n_turns}_mb": rss_at[n_turns] / 2**20,
         "rss_growth_ratio": rss_at[n_turns] / rss_at[checkpoint],
         "rss_run_s": time.perf_counter() - t0,
     }
+
+
+SHAPES_TOKENS_PER_S = 300.0
+SHAPES_MEASURE_S = 4.0
+SHAPES_FAST_CHUNK = 64
+"""The part of a shape before the measurement streams in pieces of this many characters,
+as fast as the app takes them (at 300 tokens/s, 1 MB would take 14 minutes)."""
+
+
+async def shape_run(text: str, render_interval_ms: int) -> dict[str, float]:
+    """One shape (a block that grows without end): staleness and key echo at its end.
+
+    The text streams fast up to its last ``SHAPES_MEASURE_S`` seconds at 300 tokens/s,
+    which stream at that rate once the UI has painted everything before (the block is
+    then at its longest). Meanwhile a phrase is typed at 20 characters/s. Staleness is
+    per text piece of the measured part (``posted`` to the first frame that shows it);
+    key echo from a key press to the first frame whose prompt holds the character;
+    paint cost is ``AssistantTurn.paint`` plus the next frame, as in ``long``.
+    """
+    rng = random.Random(5)
+    measured = pieces_of(text[-int(SHAPES_TOKENS_PER_S * SHAPES_MEASURE_S * 3.5) :], rng)
+    n_measure = min(len(measured), int(SHAPES_TOKENS_PER_S * SHAPES_MEASURE_S))
+    measured = measured[-n_measure:]
+    head = text[: len(text) - sum(len(p) for p in measured)]
+    fast = [head[i : i + SHAPES_FAST_CHUNK] for i in range(0, len(head), SHAPES_FAST_CHUNK)]
+    gate = threading.Event()
+    phases: list[tuple[int, float, threading.Event | None]] = [
+        (len(fast), 1e9, None),
+        (len(measured), SHAPES_TOKENS_PER_S, gate),
+    ]
+    engine = PhasedEngine([*fast, *measured], phases)
+    tracer = Tracer(keep=True)
+    phrase = "the quick brown fox jumps over the lazy dog"
+    with instrumented() as rec:
+        app = build_app(engine, render_interval_ms, tracer)
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await wait_until(lambda: app.session.model_info is not None, 10, "the engine to load")
+            previous = await send(app, pilot, "go")
+            composer = app.query_one("#composer", Composer)
+
+            def painted_head() -> bool:
+                events = tracer.events or []
+                return sum(e["chars"] for e in events if e["event"] == "painted") >= len(head)
+
+            await wait_until(painted_head, 600, "the fast part painted")
+            await asyncio.sleep(1.0)  # the last frames settle
+            rec.reset()
+            rec.watch = lambda: len(composer.text)
+            opened = time.perf_counter()
+            typist = Typist(app, phrase, 20.0, start_delay_s=0.2)
+            typist.start()
+            gate.set()
+            result = await finished(app, previous, 600)
+            await asyncio.to_thread(typist.join, 60)
+            await wait_until(lambda: len(composer.text) == len(phrase), 30, "the typed text")
+            await pilot.pause()
+            if result.text != text:
+                raise RuntimeError("bench: a shape reply lost text")
+            watched = list(rec.watched)
+            appends = list(rec.appends)
+    stale = [s for t, s in staleness_after(tracer, rec, opened)]
+    lens = [v for _, v in watched]
+    keys = []
+    for i, pressed in enumerate(typist.pressed):
+        j = bisect.bisect_left(lens, i + 1)
+        if j < len(watched):
+            keys.append((watched[j][0] - pressed) * 1000)
+    costs = [((a.done - a.called) + rec.frame_cost_after(a.done)) * 1000 for a in appends]
+    return {
+        "staleness_p99_ms": p(stale, 99),
+        "keystroke_p95_ms": p(keys, 95),
+        "paint_ms": statistics.fmean(costs) if costs else float("nan"),
+        "paint_max_ms": max(costs) if costs else float("nan"),
+    }
+
+
+def staleness_after(tracer: Tracer, rec: Recorder, t0: float) -> list[tuple[float, float]]:
+    """(posted time, staleness in ms) of the pieces posted at or after ``t0``
+    (perf_counter); see :func:`staleness_ms`."""
+    assert tracer.events is not None
+    paints: list[tuple[int, float]] = []
+    total = 0
+    for e in tracer.events:
+        if e["event"] == "painted":
+            total += int(e["chars"])
+            paints.append((total, e["t"] + tracer.t0))
+    cums = [c for c, _ in paints]
+    out = []
+    total = 0
+    for e in tracer.events:
+        if e["event"] != "posted":
+            continue
+        total += int(e["chars"])
+        posted = e["t"] + tracer.t0
+        i = bisect.bisect_left(cums, total)
+        if posted < t0 or i >= len(paints):
+            continue
+        shown = rec.first_display_after(paints[i][1])
+        if shown is not None:
+            out.append((posted, (shown - posted) * 1000))
+    return out
+
+
+async def shapes_group(
+    render_interval_ms: int, runs: int, names: list[str] | None = None
+) -> dict[str, float]:
+    """``shapes_staleness_p99_ms`` and ``shapes_keystroke_p95_ms``: the worst shape.
+
+    Each shape (``table``, ``list``, ``code``, ``line``) runs ``runs`` times; its
+    numbers (medians) go to the details.
+    """
+    texts = shape_texts()
+    results: dict[str, float] = {}
+    for name in names or list(texts):
+        many = [await shape_run(texts[name], render_interval_ms) for _ in range(runs)]
+        for key in many[0]:
+            results[f"shapes_{name}_{key}"] = median([r[key] for r in many])
+    stale = {k: v for k, v in results.items() if k.endswith("_staleness_p99_ms")}
+    keys = {k: v for k, v in results.items() if k.endswith("_keystroke_p95_ms")}
+    results["shapes_staleness_p99_ms"] = max(stale.values())
+    results["shapes_keystroke_p95_ms"] = max(keys.values())
+    return results
 
 
 async def fast_group(runs: int, render_interval_ms: int) -> dict[str, float]:

@@ -131,7 +131,7 @@ async def test_view_follows_new_text_unless_scrolled_up() -> None:
         await finished(app, 1)
 
 
-async def test_a_reply_is_two_widgets_however_many_blocks_it_has() -> None:
+async def test_a_reply_is_one_widget_however_many_blocks_it_has() -> None:
     reply = "".join(f"para {i}\n\n" for i in range(300))
     engine = FakeEngine([paced([reply, EOG], 0)])
     app = make_app(fake_config(), engine)
@@ -143,7 +143,7 @@ async def test_a_reply_is_two_widgets_however_many_blocks_it_has() -> None:
         await pilot.pause()
         turns = reply_turns(app)
         assert all(not list(t.query(MarkdownBlock)) for t in turns)
-        assert all(len(t.query("*")) == 2 for t in turns)  # frozen blocks + live tail
+        assert all(len(t.query("*")) == 1 for t in turns)  # one StreamingMarkdown
         assert app.session.messages()[-1]["content"] == reply
 
 

@@ -1,43 +1,56 @@
-"""A Markdown widget that renders once per width and remembers the lines.
+"""Markdown widgets: a finished reply drawn once per width, and a reply that grows.
 
 Textual asks every widget for its height on each layout. A ``Static`` holding a Rich
 ``Markdown`` answers by rendering the whole document again (Textual 8.2.8,
 ``RichVisual.get_height``), so with many finished replies on screen every layout cost
-grows with the length of the whole conversation. This widget keeps its rendered lines
-per width: a layout costs nothing for unchanged text.
+grows with the length of the whole conversation. These widgets keep their lines per
+width: a layout costs nothing for unchanged text.
 
-It holds one or more *segments*, each a Markdown document rendered on its own, with a
-blank line between them (where Rich would put one between two blocks). A streaming
-reply appends the blocks it has finished as a new segment: only that segment is
-rendered, and the reply stays one widget however long it grows (a widget per chunk
-made each layout slower as the reply grew: issue 3's long-reply paint ratio).
+They keep lines as Rich segments and make Textual ``Strip`` objects only for the lines
+drawn on screen: a ``Strip`` holds seven caches of its own, and with a line of 1 MB
+(13 000 lines) they made every full garbage collection take 75 ms (case C36).
+
+:class:`StreamingMarkdown` is a live reply: appended text goes through a
+:class:`~tui_chat.ui.markdown_blocks.BlockStream` (which blocks are final) and a
+:class:`~tui_chat.ui.markdown_render.StreamPainter` (which lines changed), so a paint
+draws only the live blocks and the new part of a block that grows without end, and
+the reply stays one widget however long it grows (a widget per block made each layout
+slower as the reply grew: issue 3's long-reply paint ratio). At every paint its lines
+are those of a one-shot render of the text so far (issue 9).
+
+Mouse selection works on the lines as drawn: each line carries its text offsets
+(Textual's selection reads them to find the character under the pointer), the
+selected span is drawn in the screen's selection style, and
+:meth:`MarkdownView.get_selection` returns exactly the text shown (a tab as the spaces
+it was drawn as; the end-of-line padding left out). Textual's default
+``get_selection`` returns nothing for a widget that draws its own lines.
 """
 
 from __future__ import annotations
 
-from markdown_it import MarkdownIt
-from rich.markdown import Markdown as RichMarkdown
 from rich.segment import Segment
 from rich.style import Style
+from textual._styles_cache import StylesCache
 from textual.geometry import Size
 from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.markdown_blocks import DEFAULT_LIMITS, BlockStream, Limits, parser
+from tui_chat.ui.markdown_render import Line, PaintUpdate, StreamPainter, markdown_lines
 
-
-def render_markdown(text: str) -> RichMarkdown:
-    """Model text as a Rich Markdown renderable: sanitized, no terminal hyperlinks."""
-    return RichMarkdown(sanitize(text), hyperlinks=False, code_theme="monokai")
+_STRIPS_KEPT = 512
+"""Strips kept per widget (lines on screen are asked for at every frame)."""
 
 
 class MarkdownView(Widget):
     """Markdown text (untrusted model output) drawn through Rich, cached per width.
 
     Args:
-        text: Markdown source of the first segment ("" for none); sanitized before
-            rendering.
+        text: Markdown source (sanitized before rendering).
+        limits: sizes of the renderer's pieces (see
+            :class:`~tui_chat.ui.markdown_blocks.Limits`).
         classes: CSS classes.
     """
 
@@ -48,104 +61,229 @@ class MarkdownView(Widget):
     }
     """
 
-    def __init__(self, text: str = "", *, classes: str | None = None) -> None:
+    def __init__(
+        self, text: str = "", *, limits: Limits = DEFAULT_LIMITS, classes: str | None = None
+    ) -> None:
         super().__init__(classes=classes)
-        self._segments: list[str] = [text] if text else []
-        self._lines: list[Strip] = []
+        self.limits = limits
+        self._text = sanitize(text)
+        self._lines: list[Line] = []
         self._lines_width = -1
         self._lines_style: Style | None = None
+        self._strips: dict[int, Strip] = {}
 
     @property
     def text(self) -> str:
-        """The Markdown source shown (segments joined)."""
-        return "".join(self._segments)
+        """The Markdown shown (sanitized)."""
+        return self._text
 
-    @property
-    def segments(self) -> list[str]:
-        """The segments, each rendered on its own."""
-        return list(self._segments)
+    def _draw(self, width: int) -> list[Line]:
+        if width <= 0 or not self._text:
+            return []
+        options = self.app.console_options.update_width(width).update(highlight=False)
+        return markdown_lines(self._text, self.app.console, options, self.limits)
 
-    def set_text(self, text: str) -> None:
-        """Show ``text`` as the only segment: one render at the current width.
+    def _ensure(self, width: int) -> None:
+        """Draw the lines for ``width`` unless they are drawn.
 
-        A layout of the screen is asked for only when the height changed: text that
-        lands on the line being written (most paints at reading speed) repaints this
-        widget alone.
+        Only the width is compared (this runs for every line on screen, and
+        ``rich_style`` walks the ancestors): a change of styles comes through
+        :meth:`notify_style_update`.
         """
-        self._segments = [text] if text else []
-        width = self.content_size.width
-        old_height = len(self._lines) if self._lines_width == width else -1
-        self._lines_width = -1
-        if width > 0 and len(self._render_lines(width)) == old_height:
-            self.refresh()
-        else:
-            self.refresh(layout=True)
-
-    def append_segment(self, text: str) -> None:
-        """Add a segment; only it is rendered (when the width is known)."""
-        self._segments.append(text)
-        width = self._lines_width
-        if width > 0 and self._lines_style == self.rich_style:
-            self._lines.extend(self._render_segment(text, width, len(self._segments) > 1))
-        else:
-            self._lines_width = -1
-        self.refresh(layout=True)
-
-    def _render_segment(self, text: str, width: int, separate: bool) -> list[Strip]:
-        app = self.app
-        style = self.rich_style
-        options = app.console_options.update_width(max(1, width)).update(highlight=False)
-        segments = app.console.render(render_markdown(text), options)
-        # The widget's style goes under the Markdown's own: one Strip per line, made
-        # once (a Strip is not cheap to build).
-        lines = [
-            Strip(Segment.apply_style(line, style), width)
-            for line in Segment.split_and_crop_lines(
-                segments, width, include_new_lines=False, pad=True
-            )
-        ]
-        return ([Strip.blank(width, style)] if separate and lines else []) + lines
-
-    def _render_lines(self, width: int) -> list[Strip]:
-        style = self.rich_style
-        if width != self._lines_width or style != self._lines_style:
-            self._lines = []
-            for i, text in enumerate(self._segments):
-                self._lines.extend(self._render_segment(text, width, i > 0))
+        if width != self._lines_width:
             self._lines_width = width
-            self._lines_style = style
-        return self._lines
+            self._lines_style = self.rich_style
+            self._strips = {}
+            self._lines = []  # let the old lines go before the new ones are made
+            self._lines = self._draw(width)
+
+    def _line_count(self) -> int:
+        return len(self._lines)
+
+    def _line(self, y: int) -> Line | None:
+        return self._lines[y] if y < len(self._lines) else None
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._render_lines(width))
+        self._ensure(width)
+        return self._line_count()
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
-        lines = self._render_lines(width)
-        if y >= len(lines):
-            return Strip.blank(width, self.rich_style)
-        line = lines[y]
+        self._ensure(width)
+        strip = self._strips.get(y)
+        if strip is None:
+            line = self._line(y)
+            if line is None:
+                return Strip.blank(width, self._lines_style)
+            if len(self._strips) >= _STRIPS_KEPT:
+                self._strips = {}
+            # With its text offsets (for mouse selection) from the start: one Strip
+            # kept per line, not two.
+            strip = Strip(Segment.apply_style(line, self._lines_style), width)
+            strip = strip.apply_offsets(0, y)
+            self._strips[y] = strip
         selection = self.text_selection
         if selection is not None and (span := selection.get_span(y)) is not None:
             style = self.screen.get_component_rich_style("screen--selection")
-            line = highlight_span(line, span[0], span[1], style)
-        return line.apply_offsets(0, y)
+            strip = highlight_span(strip, span[0], span[1], style)
+        return strip
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         """The selected text as shown, one line per row (trailing padding dropped)."""
-        width = self._lines_width if self._lines_width > 0 else self.content_size.width
+        self._ensure(self.content_size.width)
         picked = []
-        for y, line in enumerate(self._render_lines(width)):
+        for y in range(self._line_count()):
             span = selection.get_span(y)
-            if span is None:
+            line = self._line(y)
+            if span is None or line is None:
                 continue
-            text = line.text.rstrip()
+            text = "".join(segment.text for segment in line).rstrip()
             start, end = span
             picked.append(text[start:] if end == -1 else text[start:end])
         return "\n".join(picked), "\n"
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._lines_width = -1  # drawn again in the new colours
+
+    def on_unmount(self) -> None:
+        """Let go of the lines: the reply left the screen (the app keeps its text)."""
+        self._lines = []
+        self._strips = {}
+        self._lines_width = -1
+        release_styles_caches()
+
+
+def release_styles_caches() -> None:
+    """Let the lines of widgets that left the screen go.
+
+    Textual 8.2.8's ``StylesCache.get_inner_outer`` is an ``lru_cache(1024)`` on an
+    instance method: its keys keep up to 1024 ``StylesCache`` objects alive, each with
+    the last lines (``Strip`` objects and their caches) its widget drew, long after the
+    widget was unmounted. A chat mounts three such widgets a turn, so RSS grew about
+    0.24 MB a turn with no plateau in 200 turns (case C37). The cache only saves making
+    two ``Style`` objects.
+    """
+    clear = getattr(StylesCache.get_inner_outer, "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
+class StreamingMarkdown(MarkdownView):
+    """A reply that grows: :meth:`append` pieces, then :meth:`finish`.
+
+    Args:
+        limits: sizes that bound the work of a paint (see
+            :class:`~tui_chat.ui.markdown_blocks.Limits`).
+        classes: CSS classes.
+
+    A paint draws the live blocks again and the new part of a block that grows without
+    end; lines of frozen blocks are made once. Once finished it keeps only its lines
+    (and draws the whole text again, in one go, if the width changes).
+    """
+
+    def __init__(self, *, limits: Limits = DEFAULT_LIMITS, classes: str | None = None) -> None:
+        super().__init__(limits=limits, classes=classes)
+        self._raw: list[str] = []
+        self._stream: BlockStream | None = BlockStream(limits)
+        self._painter: StreamPainter | None = None
+        self._live: list[Line] = []  # the lines after the stable ones (self._lines)
+
+    @property
+    def source(self) -> str:
+        """The Markdown appended so far, as the model wrote it (not sanitized)."""
+        if len(self._raw) > 1:
+            self._raw = ["".join(self._raw)]
+        return self._raw[0] if self._raw else ""
+
+    @property
+    def text(self) -> str:
+        """The Markdown shown (sanitized)."""
+        return self._stream.text if self._stream is not None else self._text
+
+    def append(self, text: str) -> None:
+        """Add ``text`` (raw model text) at the end; draw what changed."""
+        if not text or self._stream is None:
+            return
+        self._raw.append(text)
+        self._stream.append(sanitize(text))
+        self._repaint()
+
+    def finish(self, final_text: str) -> None:
+        """The reply is complete and reads ``final_text`` (raw model text).
+
+        It may be shorter than what was appended (whitespace before a stop string is
+        dropped): that costs a parse of the live blocks; any other difference draws the
+        whole reply again.
+        """
+        if self._stream is None:
+            return
+        self._raw = [final_text]
+        self._stream.finish(sanitize(final_text))
+        self._repaint()
+        self._text = self._stream.text
+        if self._painter is not None:
+            self._lines.extend(self._live)  # the lines for this width, as drawn
+        self._stream = None
+        self._painter = None
+        self._live = []
+
+    def _apply(self, update: PaintUpdate) -> None:
+        stable = len(self._lines)
+        for edit in update.edits:
+            if edit.start != len(self._lines):  # not an append: indices move
+                self._strips = {}
+            self._lines[edit.start : edit.end] = edit.lines
+        if len(self._lines) != stable or update.live or self._live:
+            # Strips of the live lines (and of lines that were live) are made again.
+            start = min(stable, len(self._lines))
+            self._strips = {y: s for y, s in self._strips.items() if y < start}
+        self._live = update.live
+
+    def _repaint(self) -> None:
+        if self._painter is None or self._lines_width <= 0:
+            self._lines_width = -1
+            self.refresh(layout=True)
+            return
+        height = self._line_count()
+        self._apply(self._painter.update())
+        self.refresh(layout=self._line_count() != height)
+
+    def on_unmount(self) -> None:
+        """Let go of the lines and the stream: the reply left the screen."""
+        self._stream = None
+        self._painter = None
+        self._live = []
+        super().on_unmount()
+
+    def _ensure(self, width: int) -> None:
+        if self._stream is None:
+            super()._ensure(width)
+            return
+        if width == self._lines_width and self._painter is not None:
+            return
+        self._lines_width = width
+        self._lines_style = self.rich_style
+        self._strips = {}
+        self._lines = []
+        self._live = []
+        self._painter = None
+        if width > 0:
+            options = self.app.console_options.update_width(width).update(highlight=False)
+            self._painter = StreamPainter(self._stream, self.app.console, options)
+            self._apply(self._painter.update())
+
+    def _line_count(self) -> int:
+        return len(self._lines) + len(self._live)
+
+    def _line(self, y: int) -> Line | None:
+        if y < len(self._lines):
+            return self._lines[y]
+        y -= len(self._lines)
+        return self._live[y] if y < len(self._live) else None
 
 
 def highlight_span(line: Strip, start: int, end: int, style: Style) -> Strip:
@@ -173,6 +311,7 @@ def highlight_span(line: Strip, start: int, end: int, style: Style) -> Strip:
 
 def code_blocks(text: str) -> list[str]:
     """The code blocks of Markdown ``text`` (fenced or indented), in order, each as
-    its source lines (tabs kept), parsed as Rich parses them (markdown-it)."""
-    tokens = MarkdownIt().enable("strikethrough").enable("table").parse(text)
+    its source lines (tabs kept), found by the parser the replies are drawn with
+    (:func:`tui_chat.ui.markdown_blocks.parser`)."""
+    tokens = parser(DEFAULT_LIMITS).parse(text)
     return [t.content for t in tokens if t.type in ("fence", "code_block")]
