@@ -90,7 +90,7 @@ class ChatApp(ConversationKeys):
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         # Not a priority binding: a screen above (the command palette) gets Esc first.
-        Binding("escape", "stop_reply", "Stop reply"),
+        Binding("escape", "stop_reply", "Stop"),
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+l", "clear", "New chat"),

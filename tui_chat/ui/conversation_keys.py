@@ -36,7 +36,7 @@ class ConversationKeys(App[int]):
         # (in the same read from the terminal) go to it, not to the chat's input.
         Binding("ctrl+o", "conversations", "Chats", priority=True),
         Binding("ctrl+f", "conversations(True)", "Search chats", show=False, priority=True),
-        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("ctrl+r", "regenerate", "Regenerate", show=False),
         Binding("f6", "edit_last", "Edit last", show=False),
         Binding("ctrl+g", "continue_reply", "Continue", show=False),
         Binding("f4", "version(-1)", "Previous version", show=False),
