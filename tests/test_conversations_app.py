@@ -410,3 +410,26 @@ async def test_a_short_conversation_opened_at_a_hit_is_on_screen(tmp_path: Path)
         # off the screen once: an anchored view's offset, kept after its release).
         await wait_for(lambda: "answer 1: reindeer" in screen_text(app))
         assert "question 1" in screen_text(app)
+
+
+async def test_the_palette_runs_the_turn_actions_and_opens_the_screens(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    app = app_with(path, "first reply", "second reply")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await send(pilot, "tell me about cats")
+        await finished(app, 1)
+
+        async def run(query: str, title: str) -> None:
+            await pilot.press("ctrl+p", *query)
+            await wait_for(lambda: title in screen_text(app))
+            await pilot.press("enter")
+
+        await run("regenerate", "Regenerate reply")
+        await finished(app, 2)
+        await wait_for(lambda: "second reply" in screen_text(app) and "2/2" in screen_text(app))
+        await run("previous version", "Previous version")
+        await wait_for(lambda: "first reply" in screen_text(app) and "1/2" in screen_text(app))
+        await run("saved conversations", "Saved conversations")
+        await wait_for(lambda: isinstance(app.screen, ConversationsScreen))
+        assert "tell me about cats" in screen_text(app)

@@ -39,6 +39,21 @@ CHAT_COMMANDS: tuple[PaletteCommand, ...] = (
     PaletteCommand("Stop reply", "Stop the reply that is streaming (Esc)", "stop_reply"),
     PaletteCommand("Select a turn", "Move a cursor over the turns (Ctrl+Up)", "select_turn"),
     PaletteCommand("Help: keys", "Every key of the app (F1)", "show_help"),
+    PaletteCommand("Saved conversations", "Open, rename, delete, export (Ctrl+O)", "conversations"),
+    PaletteCommand(
+        "Search chats", "Full-text search of the saved chats (Ctrl+F)", "conversations(True)"
+    ),
+    PaletteCommand("Regenerate reply", "A new version of the last reply (Ctrl+R)", "regenerate"),
+    PaletteCommand(
+        "Edit last message", "Back into the composer; Enter sends it again (F6)", "edit_last"
+    ),
+    PaletteCommand(
+        "Continue reply", "Go on from where the last reply stopped (Ctrl+G)", "continue_reply"
+    ),
+    PaletteCommand("Previous version", "Of the last reply (F4)", "version(-1)"),
+    PaletteCommand("Next version", "Of the last reply (F5)", "version(1)"),
+    PaletteCommand("Settings", "This conversation's system prompt and sampling (F2)", "settings"),
+    PaletteCommand("Models", "Pick a model to load (F3)", "models"),
 )
 """Commands that are always listed."""
 
