@@ -264,6 +264,11 @@ async def test_the_empty_chat_names_the_model_and_says_how_to_start() -> None:
         assert "Model: tiny-model" not in screen_text(app)
         await pilot.press("ctrl+l")
         await wait_for(lambda: "Model: tiny-model" in screen_text(app))
+        # Ctrl+L on the empty chat again: the app stays up, with one welcome.
+        await pilot.press("ctrl+l", "ctrl+l")
+        await pilot.pause()
+        assert app.is_running and screen_text(app).count("Model: tiny-model") == 1
+        await exchange(app, pilot, "hello again", 2)
 
 
 async def test_turns_carry_role_labels_with_the_model_name_inert() -> None:

@@ -446,7 +446,7 @@ class ChatApp(ConversationKeys):
         if not self.session.new_chat():
             return
         await self.chat.clear()
-        await self.chat.mount(Welcome(self._model_name(), self.session.model_info))
+        await self.chat.welcome(self._model_name(), self.session.model_info)
         self._user_turns.clear()
         self.composer.focus()
         self._update_status()

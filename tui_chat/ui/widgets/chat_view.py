@@ -9,7 +9,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widget import Widget
 
-from tui_chat.engine.base import ChatMessage
+from tui_chat.engine.base import ChatMessage, ModelInfo
 from tui_chat.ui.widgets.composer import NEWLINE_KEYS
 from tui_chat.ui.widgets.conversation import ConversationView
 from tui_chat.ui.widgets.turns import AssistantTurn, role_label
@@ -128,6 +128,16 @@ class ChatView(ConversationView):
         if self.turns():
             await self.query_children(Welcome).remove()
         return target
+
+    async def welcome(self, model_name: str, info: ModelInfo | None) -> None:
+        """Show the empty chat's :class:`Welcome`: the one shown is named again, else
+        one is mounted (Ctrl+L on a chat that was already empty mounted a second one,
+        and Textual refused its duplicate id: the app crashed)."""
+        shown = self.query_children(Welcome)
+        if shown:
+            shown.first(Welcome).show(model_name, info)
+        else:
+            await self.mount(Welcome(model_name, info), before=self._bottom)
 
     async def add(self, widget: Widget, message: ChatMessage | None = None) -> None:
         """:meth:`ConversationView.add`; the welcome goes."""
