@@ -50,6 +50,7 @@ from tui_chat.session.events import Severity
 from tui_chat.ui.commands import ChatCommands, PaletteCommand, chat_commands
 from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
+from tui_chat.ui.gc_hold import FullCollectionHold
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.screens.help import HelpScreen
 from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
@@ -137,6 +138,8 @@ class ChatApp(ConversationKeys):
         self._live: tuple[int, AssistantTurn] | None = None
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
+        self._gc_hold = FullCollectionHold()
+        """Full garbage collections wait while a reply streams (see gc_hold)."""
         self.engine_factory: EngineFactory = default_engine_factory
         """Builds the engine of a model picked with F3 (tests put a fake here)."""
 
@@ -254,6 +257,7 @@ class ChatApp(ConversationKeys):
             await view.add(UserTurn(event.text), {"role": "user", "content": event.text})
         turn = AssistantTurn(label=self._model_name())
         self._live = (event.reply_id, turn)
+        self._gc_hold.hold()
         await view.add(turn)
         if event.kind == "continue":
             turn.paint(event.text)
@@ -289,6 +293,15 @@ class ChatApp(ConversationKeys):
         self.last_reply = event
         self.n_replies_shown += 1
         self._update_status()
+        self.call_after_refresh(self._collect_after_reply)
+
+    def _collect_after_reply(self) -> None:
+        """The reply's last frame is drawn: the full collection held during it runs now
+        (if the next reply already streams, it runs and the hold goes on)."""
+        if self._live is None:
+            self._gc_hold.release()
+        else:
+            self._gc_hold.collect()
 
     # ------------------------------------------------------------- user input
     async def on_composer_sent(self, event: Composer.Sent) -> None:
@@ -343,6 +356,7 @@ class ChatApp(ConversationKeys):
                     oldest = batch.oldest_at
                     staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
                     self._trace("painted", chars=len(batch.text), staleness_ms=staleness)
+            self._gc_hold.tick()
         self._update_status()
 
     def _model_name(self) -> str:
@@ -431,6 +445,7 @@ class ChatApp(ConversationKeys):
         await self._session_closing
 
     async def on_unmount(self) -> None:
+        self._gc_hold.release(collect=False)  # the collector's thresholds are process-wide
         await self._close_session()
 
     def action_settings(self) -> None:

@@ -1,0 +1,110 @@
+"""Full garbage collections wait while a reply streams (tui_chat.ui.gc_hold).
+
+A full pass of the cyclic collector over a long reply's lines held up frames (the
+bench's ``shapes`` group): the app holds full collections while a reply streams and
+runs one when its last frame is drawn.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import fake_config, wait_for
+from tests.test_app_stream import SIZE, finished, ready, send
+from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.ui.app import make_app
+from tui_chat.ui.gc_hold import FullCollectionHold
+
+
+@pytest.fixture(autouse=True)
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    """The collector's thresholds before the test, put back after it whatever happens."""
+    saved = gc.get_threshold()
+    yield saved
+    gc.set_threshold(*saved)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def full_collections() -> list[int]:
+    """Appends 1 to the returned list at each full collection (until the test ends)."""
+    seen: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            seen.append(1)
+
+    gc.callbacks.append(callback)
+    return seen
+
+
+@pytest.fixture
+def collections() -> Iterator[list[int]]:
+    seen = full_collections()
+    yield seen
+    del gc.callbacks[-1]
+
+
+def test_hold_raises_the_full_threshold_and_release_restores_and_collects(
+    thresholds: tuple[int, int, int], collections: list[int]
+) -> None:
+    hold = FullCollectionHold(max_hold_s=60, clock=Clock())
+    hold.hold()
+    hold.hold()  # twice: still one hold, the first thresholds kept
+    assert hold.held
+    held = gc.get_threshold()
+    assert held[:2] == thresholds[:2] and held[2] > 10**6
+    hold.release()
+    assert gc.get_threshold() == thresholds and not hold.held
+    assert len(collections) == 1
+    hold.release()  # without a hold: nothing
+    assert len(collections) == 1
+
+
+def test_a_long_hold_collects_at_the_next_tick_and_goes_on(collections: list[int]) -> None:
+    clock = Clock()
+    hold = FullCollectionHold(max_hold_s=60, clock=clock)
+    hold.hold()
+    clock.now += 59
+    hold.tick()
+    assert collections == []
+    clock.now += 2
+    hold.tick()
+    assert len(collections) == 1 and hold.held
+    clock.now += 30
+    hold.tick()  # 30 s since that collection: not yet
+    assert len(collections) == 1
+    hold.release(collect=False)
+    assert len(collections) == 1
+
+
+async def test_the_app_holds_full_collections_only_while_a_reply_streams(
+    thresholds: tuple[int, int, int],
+) -> None:
+    engine = FakeEngine(
+        [paced(["a", " long", " reply", *[" x"] * 100, EOG], 200), paced(["b", *[" y"] * 400], 20)]
+    )
+    app = make_app(fake_config(), engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        assert gc.get_threshold() == thresholds
+        await send(pilot, "first")
+        await wait_for(lambda: engine.n_yielded >= 5)
+        assert gc.get_threshold()[2] > 10**6
+        await finished(app, 1)
+        await wait_for(lambda: gc.get_threshold() == thresholds)
+        await send(pilot, "second")
+        await wait_for(lambda: engine.n_yielded >= 110)
+        assert gc.get_threshold()[2] > 10**6
+        # Ctrl+Q mid-reply: the process-wide thresholds go back as the app closes.
+        await pilot.press("ctrl+q")
+    assert gc.get_threshold() == thresholds
