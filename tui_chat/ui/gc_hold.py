@@ -13,7 +13,7 @@ Most of a stream's garbage is freed by reference counting as it goes; the collec
 for cycles, and those can wait a little. While a reply streams, :class:`FullCollectionHold`
 raises the third threshold of :func:`gc.set_threshold` so that the interpreter starts
 no full collection (the young generations are collected as usual: a pass there costs
-under 2 ms); when the reply ends, it puts the thresholds back and runs one full
+0.5-5 ms); when the reply ends, it puts the thresholds back and runs one full
 collection, when nothing moves on screen. A reply that streams for longer than
 ``max_hold_s`` gets one full collection at that point (from :meth:`tick`), so memory
 stays bounded however long it runs.
