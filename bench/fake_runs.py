@@ -98,33 +98,8 @@ async def finished(app: ChatApp, before: int, timeout_s: float) -> ReplyFinished
 
 def staleness_ms(tracer: Tracer, rec: Recorder) -> list[float]:
     """Per text piece: time from leaving the engine (``posted``) to the first frame that
-    shows it.
-
-    The app's own trace says which paint carried each piece (cumulative characters of
-    ``posted`` and ``painted``); the first frame after that paint shows it.
-    """
-    assert tracer.events is not None
-    paints: list[tuple[int, float]] = []  # (cumulative chars painted, perf_counter)
-    total = 0
-    for e in tracer.events:
-        if e["event"] == "painted":
-            total += int(e["chars"])
-            paints.append((total, e["t"] + tracer.t0))
-    cums = [c for c, _ in paints]
-    out = []
-    total = 0
-    for e in tracer.events:
-        if e["event"] != "posted":
-            continue
-        total += int(e["chars"])
-        i = bisect.bisect_left(cums, total)
-        if i >= len(paints):
-            continue
-        # "painted" is traced once the paint call has returned: the next frame shows it.
-        shown = rec.first_display_after(paints[i][1])
-        if shown is not None:
-            out.append((shown - (e["t"] + tracer.t0)) * 1000)
-    return out
+    shows it (every piece of the trace; see :func:`staleness_after`)."""
+    return [s for _, s in staleness_after(tracer, rec, float("-inf"))]
 
 
 async def fast_run(n_tokens: int, render_interval_ms: int) -> dict[str, float]:
@@ -413,9 +388,14 @@ async def shape_run(text: str, render_interval_ms: int) -> dict[str, float]:
 
 def staleness_after(tracer: Tracer, rec: Recorder, t0: float) -> list[tuple[float, float]]:
     """(posted time, staleness in ms) of the pieces posted at or after ``t0``
-    (perf_counter); see :func:`staleness_ms`."""
+    (perf_counter).
+
+    The app's own trace says which paint carried each piece (cumulative characters of
+    ``posted`` and ``painted``); "painted" is traced once the paint call has returned,
+    so the first frame after that paint shows it.
+    """
     assert tracer.events is not None
-    paints: list[tuple[int, float]] = []
+    paints: list[tuple[int, float]] = []  # (cumulative chars painted, perf_counter)
     total = 0
     for e in tracer.events:
         if e["event"] == "painted":
