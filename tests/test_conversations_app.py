@@ -203,7 +203,7 @@ async def test_search_shows_the_matching_line_and_opens_at_that_message(tmp_path
         await pilot.press(*"platyp")  # a word prefix
         await wait_for(lambda: "the platypus lays eggs" in screen_text(app))
         assert "model: the platypus lays eggs" in screen_text(app)
-        assert "1 messages match" in screen_text(app)
+        assert "1 message matches" in screen_text(app)
         await pilot.press("enter")
         await wait_for(lambda: app.session.conversation_id == cid)
         await wait_for(lambda: "the platypus lays eggs" in screen_text(app))

@@ -432,3 +432,30 @@ async def test_narrow_terminal_keeps_the_state_first(model: Path, tmp_path: Path
         assert row.strip().startswith("generating │ prefill 256/1,200")
         hold.set()
         await wait_for(lambda: app.n_replies_shown == 1)
+
+
+async def test_deleting_a_chat_deletes_its_snapshot(model: Path, tmp_path: Path) -> None:
+    # The snapshot holds the chat's text; and SQLite gives the next new chat the
+    # deleted one's id when it was the highest: it found the deleted chat's snapshot.
+    db = tmp_path / "h.db"
+    deleted, kept = saved_chat(db), saved_chat(db)
+    saver = SnapshotFake(model)
+    saver.calls.extend([[]] * 5)
+    cache = SnapshotCache()  # the app's own cache folder
+    for conversation_id in (deleted, kept):
+        cache.save(saver, conversation_id)
+    assert cache.usage().n_snapshots == 2
+    app = make_app(fake_config(), SnapshotFake(model), history=db)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(lambda: app.session.model_info is not None)
+        await pilot.press("ctrl+o")
+        await wait_for(lambda: "2 conversations" in screen_text(app))
+        # The list is newest first: the cursor is on ``kept``; move to ``deleted``.
+        await pilot.press("down", "d")
+        await wait_for(lambda: "for good" in screen_text(app))
+        await pilot.press("y")
+        await wait_for(lambda: f"deleted conversation {deleted}" in screen_text(app))
+        await wait_for(lambda: not snapshot_files(cache.base_for(deleted))[0].exists())
+    assert not snapshot_files(cache.base_for(deleted))[1].exists()
+    assert all(path.exists() for path in snapshot_files(cache.base_for(kept)))
+    assert cache.usage().n_snapshots == 1

@@ -321,6 +321,7 @@ class ChatSession:
         # A reply's conversation whose snapshot waits for its history id (set when the
         # storage thread has saved it).
         self._kv_save_asked: _ConversationRef | None = None
+        self._kv_discard: list[int] = []  # conversations deleted: their snapshots go
         self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
 
     # ---------------------------------------------------------------- state
@@ -683,6 +684,18 @@ class ChatSession:
         self._emit(VersionShown(chosen.user_content, _reply_of(chosen), n, count))
         return True
 
+    def forget_conversation(self, conversation_id: int) -> None:
+        """A conversation was deleted from the history: delete its KV snapshot too.
+
+        Returns at once; the engine thread deletes the files when it is idle (after
+        any save of that conversation in progress, which would write them again).
+        A later conversation may get the same history id (SQLite reuses the highest
+        id after a delete): without this, it found the deleted chat's snapshot.
+        """
+        with self._work:
+            self._kv_discard.append(conversation_id)
+            self._work.notify()
+
     def restore_kv_snapshot(self) -> None:
         """Restore the current conversation's KV snapshot before its next prefill.
 
@@ -903,7 +916,9 @@ class ChatSession:
         """
         with self._work:
             while not self._closing and self._switch is None:
-                if self._kv_restore_asked and not self._opening:
+                if self._kv_discard:
+                    self._discard_kv_unlocked()
+                elif self._kv_restore_asked and not self._opening:
                     self._restore_kv_unlocked()
                 elif self._queue and not self._opening:
                     break
@@ -1113,6 +1128,20 @@ class ChatSession:
         )
         if restored is not None:
             self._emit(restored)
+
+    def _discard_kv_unlocked(self) -> None:
+        """Engine thread, holding the session lock: delete the snapshots of deleted
+        conversations with the lock released. Here, not on the caller's thread, so that
+        a save of the same conversation in progress cannot write it again after."""
+        deleted, self._kv_discard = self._kv_discard, []
+        if self._kv_save_asked is not None and self._kv_save_asked.id in deleted:
+            self._kv_save_asked = None
+        self._work.release()
+        try:
+            for conversation_id in deleted:
+                self._snapshots.discard(conversation_id)
+        finally:
+            self._work.acquire()
 
     def _restore_kv_unlocked(self) -> None:
         """Engine thread, called holding the session lock: restore the current

@@ -34,9 +34,23 @@ class SessionSnapshots:
     """
 
     def __init__(self, cache: SnapshotCache | None, emit: Listener) -> None:
+        self._folder = cache
         self._cache = cache if cache is not None and cache.limit_bytes > 0 else None
         self._emit = emit
         self._warned = False
+
+    def discard(self, conversation_id: int) -> None:
+        """Engine thread: delete the conversation's snapshot (it was deleted from the
+        history; the snapshot holds its text). Also with a limit of 0, which keeps no
+        new snapshots but may find old ones. An error is one warning notice."""
+        if self._folder is None:
+            return
+        try:
+            self._folder.discard(conversation_id)
+        except OSError as exc:
+            self._emit(
+                Notice(f"The deleted chat's KV cache could not be deleted: {exc}", "warning")
+            )
 
     def _usable(self, engine: Engine) -> tuple[SnapshotCache, SnapshotEngine] | None:
         if self._cache is None or not isinstance(engine, SnapshotEngine):

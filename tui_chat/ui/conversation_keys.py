@@ -72,6 +72,11 @@ class ConversationKeys(App[int]):
         )
         self.push_screen(screen, self._chosen)
 
+    def on_conversations_screen_deleted(self, event: ConversationsScreen.Deleted) -> None:
+        """Its KV snapshot goes too: it holds the chat's text, and SQLite may give the
+        next new chat the same id."""
+        self.session.forget_conversation(event.conversation_id)
+
     def _deleting(self, conversation_id: int) -> bool:
         """The open conversation is deleted from the list: a new chat replaces it."""
         if conversation_id != self.session.conversation_id:

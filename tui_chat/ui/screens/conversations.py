@@ -25,6 +25,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
@@ -124,6 +125,19 @@ class ConversationsScreen(Screen[Choice | None]):
         height: 1fr;
     }
     """
+
+    class Deleted(Message):
+        """A conversation was deleted from the history (posted after the delete; the app
+        has the session delete its KV snapshot).
+
+        Attributes:
+            conversation_id: the deleted conversation's history id.
+        """
+
+        def __init__(self, conversation_id: int) -> None:
+            super().__init__()
+            self.conversation_id = conversation_id
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("slash,ctrl+f", "search", "Search"),
@@ -215,7 +229,8 @@ class ConversationsScreen(Screen[Choice | None]):
         n = len(self.conversations)
         more = "+" if self._more else ""
         self._note(
-            f"{n}{more} conversations, newest first · Enter open · / search"
+            f"{n}{more} conversation{'' if n == 1 and not more else 's'}, newest first"
+            " · Enter open · / search"
             if n
             else "no saved conversations yet"
         )
@@ -278,7 +293,11 @@ class ConversationsScreen(Screen[Choice | None]):
             )
             cap = "+" if len(hits) == SEARCH_HITS else ""
             self._note(
-                f"{len(hits)}{cap} messages match, newest first{kind}"
+                (
+                    f"1 message matches, newest first{kind}"
+                    if len(hits) == 1
+                    else f"{len(hits)}{cap} messages match, newest first{kind}"
+                )
                 if hits
                 else f"no message holds every word of that{kind}"
             )
@@ -407,6 +426,7 @@ class ConversationsScreen(Screen[Choice | None]):
                 if not self.on_deleted(row.id):
                     return
             await self._run(lambda store: store.delete_conversation(row.id))
+            self.post_message(self.Deleted(row.id))
             if row in self.conversations:
                 index = self.conversations.index(row)
                 del self.conversations[index]
