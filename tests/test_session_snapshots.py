@@ -7,6 +7,7 @@ reports; the real model's snapshots are tested in tests/test_real_resume.py.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -392,24 +393,30 @@ async def test_status_bar_shows_prefill_progress_and_the_restore(
         await wait_for(lambda: any(isinstance(e, SnapshotRestored) for e in updates))
         await wait_for(lambda: "resumed from cache, 2,000 tokens" in status())
         assert status().startswith("ready │ resumed from cache")
+        assert "│ ctx 2000/" in status()  # what the KV cache holds, not 0
         await pilot.press(*"next", "enter")
         # The engine holds after its progress until the screen was read: no race.
         await wait_for(lambda: "prefill 512/1,200 · 1.3 s left" in status())
         assert status().startswith("generating │ prefill 512/1,200")
         await pilot.pause()
         shown = screen_text(app)
-        assert (
-            "generating │ prefill 512/1,200 · 1.3 s left │ resumed from cache, 2,000 tokens"
-            in shown
-        )
+        # 80 columns: the resume note is shortened so that ctx (the numbers) stays.
+        assert "generating │ prefill 512/1,200 · 1.3 s left │ from cache │ ctx 2000/4096" in shown
         hold.set()
         await wait_for(lambda: app.n_replies_shown == 1)
         assert "prefill 512" not in status()
-        assert "resumed from cache" in status()  # through the first reply after it
-        assert status().index("ready") < status().index("resumed") < status().index("fake")
+        # Through the first reply after it (shortened at 80 columns beside the numbers).
+        assert "from cache │" in status()
+        # At 64 columns the numbers stay: the resume note and the model name give way.
+        await pilot.resize_terminal(64, 24)
+        await wait_for(lambda: "from cache" in status() and status().startswith("ready"))
+        row = next(r for r in screen_text(app).splitlines() if r.startswith(" ready"))
+        assert re.search(r"ctx \d+/\d+", row) and not row.rstrip().endswith("│"), row
+        await pilot.resize_terminal(80, 24)
+        assert status().index("ready") < status().index("from cache") < status().index("fake")
         await pilot.press(*"again", "enter")
         await wait_for(lambda: app.n_replies_shown == 2)
-        assert "resumed from cache" not in status()
+        assert "from cache" not in status()
     progress = [e for e in updates if isinstance(e, PrefillProgressed) and e.reply_id == 1]
     assert [(p.n_done, p.n_total, p.eta_ms) for p in progress] == [
         (0, 1200, None),

@@ -52,10 +52,11 @@ class StatusBar(Widget):
     """The line shown (already sanitized), fitted to the bar's width."""
 
     # What gives way when the line is too long, in this order: the stall warning is
-    # shortened, the prefill speed and the GPU layers are dropped, then the model name
-    # is shortened (with no room left, it is what the bar's edge cuts). The state, the
-    # prefill progress, "resumed from cache" and the numbers are never dropped.
-    _GIVE_WAY = ("stall", "prefill", "gpu")
+    # shortened, the prefill speed and the GPU layers are dropped, "resumed from cache,
+    # N tokens" becomes "from cache" (ctx says how many), then the model name is
+    # shortened, or dropped with under 6 cells left. The state, the prefill progress
+    # and the numbers are never dropped.
+    _GIVE_WAY = ("stall", "prefill", "gpu", "resumed")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -122,7 +123,9 @@ class StatusBar(Widget):
             parts["progress"] = _Part(progress)
         resumed = self._resumed
         if resumed is not None and resumed.conversation_id == conversation_id:
-            parts["resumed"] = _Part(f"resumed from cache, {resumed.n_tokens:,} tokens")
+            parts["resumed"] = _Part(
+                f"resumed from cache, {resumed.n_tokens:,} tokens", "from cache"
+            )
         if stats is not None:
             if stats.ttft_ms is not None:
                 parts["ttft"] = _Part(f"TTFT {stats.ttft_ms:.0f} ms")
@@ -133,7 +136,9 @@ class StatusBar(Widget):
             if info is not None and info.n_ctx:  # 0: a server that does not say
                 parts["ctx"] = _Part(f"ctx {stats.n_prompt_tokens + stats.n_tokens}/{info.n_ctx}")
         elif info is not None and info.n_ctx:
-            parts["ctx"] = _Part(f"ctx 0/{info.n_ctx}")
+            # Before the first reply: what the restored KV snapshot holds, else nothing.
+            held = resumed.n_tokens if "resumed" in parts and resumed is not None else 0
+            parts["ctx"] = _Part(f"ctx {held}/{info.n_ctx}")
         if info is not None and info.n_gpu_layers > 0:
             total = f"/{info.n_layers}" if info.n_layers else ""
             parts["gpu"] = _Part(f"GPU {info.n_gpu_layers}{total}", "")
@@ -172,8 +177,9 @@ class StatusBar(Widget):
                 return line()
         name = parts.pop("name", "")
         room = width - cell_len(line()) - len(SEPARATOR)
-        if name:
-            # Shortened to the room left; with no room it stays last, past the edge.
-            fits = cell_len(name) <= room or room < 6
+        if name and room >= 6:
+            # Shortened to the room left; with less room than that it goes (a separator
+            # before a name cut to nothing was left hanging at the edge).
+            fits = cell_len(name) <= room
             parts["name"] = name if fits else set_cell_size(name, room - 1) + "…"
         return line()
