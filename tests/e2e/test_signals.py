@@ -150,6 +150,9 @@ def test_ctrl_z_suspends_and_fg_restores_the_streaming_reply(pty_process: StartP
     suspended_at = len(term.output())
     os.kill(pid, signal.SIGCONT)  # what the shell's fg sends
     term.wait_for(lambda out: ENTER_ALT_SCREEN in out[suspended_at:], "the screen to come back", 10)
+    # All of it: the footer does not change while a reply streams, and Textual drew
+    # only what had changed, leaving the footer and the composer's border blank.
+    term.wait_for(lambda out: b"palette" in out[suspended_at:], "the footer drawn again", 10)
     before = last_word_shown(term)
     term.wait_for(lambda _out: last_word_shown(term) > before + 5, "the reply to go on", 10)
     term.write(b"\x11")

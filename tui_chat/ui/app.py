@@ -183,6 +183,7 @@ class ChatApp(ConversationKeys):
         self.chat.anchor()
         self.composer.focus()
         self.set_interval(self.config.render_interval_ms / 1000, self._paint_tick)
+        self.app_resume_signal.subscribe(self, self._redraw_after_resume)
         self._update_status()
         if self._handle_signals:
             loop = asyncio.get_running_loop()
@@ -425,6 +426,14 @@ class ChatApp(ConversationKeys):
         """
         await self._close_session()
         self.exit(return_code=0)
+
+    def _redraw_after_resume(self, _app: object) -> None:
+        """``fg`` after Ctrl+Z: draw the whole screen again. Textual's driver comes back
+        with a resize to the same size, which redraws only what changed meanwhile: the
+        terminal showed the shell's screen, so the rest (the composer's border, the
+        footer) stayed blank. Every screen of the stack, since a dialog may be open."""
+        for screen in self.screen_stack:
+            screen.refresh(layout=True)
 
     def _on_signal(self, signum: int) -> None:
         """SIGTERM, SIGHUP (the ssh link or the terminal went away): save the reply in
