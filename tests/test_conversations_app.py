@@ -435,3 +435,22 @@ async def test_the_palette_runs_the_turn_actions_and_opens_the_screens(tmp_path:
         await run("saved conversations", "Saved conversations")
         await wait_for(lambda: isinstance(app.screen, ConversationsScreen))
         assert "tell me about cats" in screen_text(app)
+
+
+async def test_a_turn_action_shows_the_new_reply_after_the_turn_cursor_moved(
+    tmp_path: Path,
+) -> None:
+    app = app_with(tmp_path / "history.db", "first reply", "second reply")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        long_message = "\n".join(f"line {i}" for i in range(60))
+        composer = app.query_one("#composer", Composer)
+        composer.text = long_message
+        await pilot.press("enter")
+        await finished(app, 1)
+        # The cursor to the top of the long message, then back to the composer.
+        await pilot.press("ctrl+up", "up")
+        await wait_for(lambda: "line 0" in screen_text(app))
+        await pilot.press("escape", "ctrl+r")
+        await finished(app, 2)
+        await wait_for(lambda: "second reply" in screen_text(app) and "2/2" in screen_text(app))

@@ -252,6 +252,9 @@ class ChatApp(ConversationKeys):
             user_turn.queued = False
         view = self.chat
         if event.kind in ("regenerate", "continue", "edit"):
+            # Asked for now (a key, the palette): show it and follow it, as a message
+            # sent does (the view stayed where the turn cursor had left it).
+            view.scroll_end(animate=False)
             await view.remove_last(AssistantTurn)  # replaced (kept as a version) or carried on
         if event.kind == "edit":
             await view.remove_last(UserTurn)
