@@ -276,6 +276,8 @@ async def test_regenerate_flip_versions_edit_and_continue_by_key(tmp_path: Path)
         await ready(app)
         await send(pilot, "tell me about cats")
         await finished(app, 1)
+        await pilot.press("f4")  # one version: it says so
+        await wait_for(lambda: "no other version of the last reply" in screen_text(app))
         await pilot.press("ctrl+r")
         await finished(app, 2)
         await wait_for(lambda: "second reply" in screen_text(app) and "2/2" in screen_text(app))
@@ -284,6 +286,8 @@ async def test_regenerate_flip_versions_edit_and_continue_by_key(tmp_path: Path)
         await wait_for(lambda: "first reply" in screen_text(app) and "1/2" in screen_text(app))
         await pilot.press("f5")
         await wait_for(lambda: "second reply" in screen_text(app))
+        await pilot.press("f5")  # past the last
+        await wait_for(lambda: "version 2/2 is the last" in screen_text(app))
 
         await pilot.press("f6")
         prompt = app.query_one("#composer", Composer)

@@ -135,5 +135,11 @@ class ConversationKeys(App[int]):
     def action_version(self, step: int) -> None:
         """F4 / F5: show the previous / next version of the last reply."""
         version, count = self.session.versions()
-        if count > 1:
-            self.session.show_version(max(1, min(count, version + step)))
+        wanted = version + step
+        if count <= 1:
+            self.notify("no other version of the last reply (Ctrl+R makes one)", markup=False)
+        elif not 1 <= wanted <= count:
+            edge = "first" if step < 0 else "last"
+            self.notify(f"version {version}/{count} is the {edge}", markup=False)
+        elif not self.session.show_version(wanted):
+            self.notify("not while a reply streams or waits", markup=False)
