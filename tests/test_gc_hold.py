@@ -35,8 +35,9 @@ class Clock:
         return self.now
 
 
-def full_collections() -> list[int]:
-    """Appends 1 to the returned list at each full collection (until the test ends)."""
+@pytest.fixture
+def collections() -> Iterator[list[int]]:
+    """Gets a 1 appended at each full collection, while the test runs."""
     seen: list[int] = []
 
     def callback(phase: str, info: dict[str, int]) -> None:
@@ -44,14 +45,8 @@ def full_collections() -> list[int]:
             seen.append(1)
 
     gc.callbacks.append(callback)
-    return seen
-
-
-@pytest.fixture
-def collections() -> Iterator[list[int]]:
-    seen = full_collections()
     yield seen
-    del gc.callbacks[-1]
+    gc.callbacks.remove(callback)
 
 
 def test_hold_raises_the_full_threshold_and_release_restores_and_collects(
