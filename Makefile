@@ -11,20 +11,23 @@ BIN := $(VENV)/bin
 SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA := models/gemma-3-270m-q4_k_m.gguf
 MODEL := $(SMOLLM2)
-# The pinned llama-cpp-python, read from pyproject.toml so that it is written once.
-LLAMA_CPP := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)".*/\1/p' pyproject.toml)
 
-# One stamp per kind of build. A venv built for the CPU has no .installed-cuda, so
-# `make run CUDA=1` after `make run` rebuilds llama-cpp-python (case C39: pip used to
-# take the cached CPU wheel), and a later `make run` puts the CPU build back.
+# The build of llama-cpp-python belongs to one machine: its key names the CPU's
+# instruction sets, CUDA or not, and the CMake arguments (scripts/llama_build.py,
+# tui_chat/buildinfo.py). The stamp is named after the key, so a venv carried to
+# another CPU, `CUDA=1` after a CPU build (case C39) or the reverse, or other
+# CMAKE_ARGS, build again; a build already made for this key is reused from
+# ~/.cache/tui-chat/llama-cpp-python/<key>/. The stamp is written only after the
+# installed build has run a prompt of several batches (`llama_build.py prove`).
 ifeq ($(CUDA),1)
-BUILD := cuda
-OTHER := cpu
-else
-BUILD := cpu
-OTHER := cuda
+CUDA_FLAG := --cuda
 endif
-STAMP := $(VENV)/.installed-$(BUILD)
+LLAMA_BUILD_ENV := CMAKE_ARGS='$(CMAKE_ARGS)'
+LLAMA_KEY := $(shell $(LLAMA_BUILD_ENV) $(PYTHON) scripts/llama_build.py key $(CUDA_FLAG))
+ifeq ($(LLAMA_KEY),)
+$(error scripts/llama_build.py key failed: is $(PYTHON) (3.11 or newer) installed?)
+endif
+STAMP := $(VENV)/.installed-$(LLAMA_KEY)
 
 .PHONY: run test check bench model models install clean gpu-check
 
@@ -51,24 +54,16 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	rm -f $(VENV)/.installed-$(OTHER)
+	rm -f $(VENV)/.installed-*
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@echo "Installing tui-chat into $(VENV). The first time, pip builds llama-cpp-python from"
-	@echo "source: about 9 minutes on two cores (cached afterwards)."
+	$(LLAMA_BUILD_ENV) $(BIN)/python scripts/llama_build.py install $(CUDA_FLAG)
 	$(BIN)/python -m pip install --quiet -e '.[dev,model]'
-ifeq ($(BUILD),cuda)
-	@echo "CUDA=1: building $(LLAMA_CPP) from source with CMAKE_ARGS=-DGGML_CUDA=on, without"
-	@echo "pip's wheel cache (it holds the CPU build). This needs the CUDA toolkit (nvcc)."
-	CMAKE_ARGS="-DGGML_CUDA=on $(CMAKE_ARGS)" FORCE_CMAKE=1 $(BIN)/python -m pip install \
-	  --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python '$(LLAMA_CPP)'
+ifeq ($(CUDA),1)
 	$(BIN)/python scripts/llama_build.py check-gpu
-else
-	@if [ "$$($(BIN)/python scripts/llama_build.py kind)" = cuda ]; then \
-	  echo "Putting the CPU build of $(LLAMA_CPP) back (the CUDA build was installed)"; \
-	  $(BIN)/python -m pip install --quiet --force-reinstall --no-deps '$(LLAMA_CPP)'; \
-	fi
 endif
-	touch $@
+	test -f $(SMOLLM2) || $(BIN)/python scripts/place_model.py smollm2 $(SMOLLM2)
+	$(LLAMA_BUILD_ENV) $(BIN)/python scripts/llama_build.py prove $(CUDA_FLAG) \
+	  --model $(SMOLLM2) --stamp $@
 
 # Fails loudly unless the installed llama-cpp-python offloads to a GPU.
 gpu-check:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -118,35 +119,54 @@ def _make(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_cuda_build_skips_the_wheel_cache_and_checks_offload(tmp_path: Path) -> None:
+def _key(*flags: str, cmake_args: str = "") -> str:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "llama_build.py"), "key", *flags],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "CMAKE_ARGS": cmake_args},
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_cuda_build_has_its_own_stamp_and_checks_offload_before_the_proof(
+    tmp_path: Path,
+) -> None:
     venv = tmp_path / "venv"
     out = _make("-n", "install", "CUDA=1", f"VENV={venv}")
     assert out.returncode == 0, out.stderr
     commands = out.stdout
-    assert f"rm -f {venv}/.installed-cpu" in commands  # a CPU stamp no longer counts
-    assert 'CMAKE_ARGS="-DGGML_CUDA=on' in commands
-    build = commands[commands.index("GGML_CUDA") : commands.index("check-gpu")]
-    for flag in (
-        "--no-cache-dir",
-        "--force-reinstall",
-        "--no-deps",
-        "--no-binary llama-cpp-python",
-    ):
-        assert flag in build, flag
-    assert "'llama-cpp-python==" in build  # the pin, read from pyproject.toml
-    # The offload check comes after the build and before the stamp.
-    assert commands.index("check-gpu") < commands.index(f"touch {venv}/.installed-cuda")
+    key = _key("--cuda")
+    assert key.startswith("cuda-")
+    assert f"rm -f {venv}/.installed-*" in commands  # another build's stamp no longer counts
+    assert "llama_build.py install --cuda" in commands
+    # The offload check comes after the build, then the proof writes the stamp.
+    assert commands.index("install --cuda") < commands.index("check-gpu")
+    assert commands.index("check-gpu") < commands.index("llama_build.py prove --cuda")
+    assert f"--stamp {venv}/.installed-{key}" in commands
+    assert "touch" not in commands  # only a proved build gets a stamp
 
 
-def test_cpu_build_puts_the_cpu_build_back_after_a_cuda_one(tmp_path: Path) -> None:
+def test_cpu_build_is_proved_before_its_stamp(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     out = _make("-n", "install", f"VENV={venv}")
     assert out.returncode == 0, out.stderr
     commands = out.stdout
-    assert f"rm -f {venv}/.installed-cuda" in commands
-    assert "llama_build.py kind" in commands and "--force-reinstall --no-deps" in commands
-    assert "--no-binary" not in commands and "GGML_CUDA" not in commands
-    assert f"touch {venv}/.installed-cpu" in commands
+    key = _key()
+    assert key.startswith("cpu-")
+    assert "llama_build.py install" in commands and "--cuda" not in commands
+    assert "check-gpu" not in commands
+    assert commands.index("llama_build.py install") < commands.index("pip install --quiet -e")
+    proof = commands[commands.index("llama_build.py prove") :]
+    assert "--model models/SmolLM2-135M-Instruct.Q4_1.gguf" in proof
+    assert f"--stamp {venv}/.installed-{key}" in proof
+
+
+def test_other_cmake_args_are_another_build(tmp_path: Path) -> None:
+    """A stamp names its build: other CMake arguments (or another CPU, or CUDA) make
+    another key, so ``make install`` builds again instead of trusting the old one."""
+    assert _key() != _key(cmake_args="-DGGML_NATIVE=OFF")
+    assert _key() != _key("--cuda")
+    assert _key() == _key()
 
 
 def test_gpu_check_fails_loudly_on_a_build_without_offload() -> None:

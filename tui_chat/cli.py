@@ -321,6 +321,7 @@ def make_engine(config: Config) -> Engine:
             "to place it, or pass --model PATH"
         )
     header = check_model_file(path)
+    _check_build_fits_this_cpu()
     if config.n_gpu_layers == 0:  # offloaded weights live in GPU memory instead
         check_fits_in_memory(header)
     return LlamaEngine(
@@ -333,6 +334,23 @@ def make_engine(config: Config) -> Engine:
         log_path=native_log_path(),
         default_system_prompt=DEFAULT_MODEL_SYSTEM_PROMPT if config.model is None else None,
     )
+
+
+def _check_build_fits_this_cpu() -> None:
+    """Refuse a llama-cpp-python built for a CPU with instruction sets this one lacks
+    (a venv carried to another machine): it would die of SIGILL at the first prompt.
+    Reads ``make install``'s stamp (:mod:`tui_chat.buildinfo`); nothing is known, and
+    nothing refused, for an install without one.
+
+    Raises:
+        EngineError: the build does not fit; the message says how to rebuild.
+    """
+    from tui_chat import buildinfo
+
+    stamp = buildinfo.installed_stamp()
+    missing = buildinfo.missing_features(stamp)
+    if stamp is not None and missing:
+        raise EngineError(buildinfo.unfit_build_message(missing, stamp))
 
 
 def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int:
