@@ -1,5 +1,5 @@
-"""``python -m tui_chat`` runs the command-line entry point."""
+"""``python -m tui_chat`` runs the ``tui-chat`` command (under its supervising parent)."""
 
-from tui_chat.cli import main
+from tui_chat.launch import main
 
-raise SystemExit(main())
+main()

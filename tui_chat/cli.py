@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tui_chat.config import FLAG_KEYS, Config, ConfigError, format_config, load_config
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
+from tui_chat.launch import note
 from tui_chat.output import ArgumentParser, UsageError, say, silence_output
 from tui_chat.paths import (
     DEFAULT_MODEL_SYSTEM_PROMPT,
@@ -358,6 +359,8 @@ def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int
     from tui_chat.ui.app import make_app
 
     history = history_path() if config.history else None
+    if history is not None:
+        note("history", str(history))  # for the supervising parent (tui_chat.launch)
     return run_app(make_app(config, engine, trace, history, handle_signals=True))
 
 
@@ -462,6 +465,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if prompt is None and not sys.stdout.isatty():
         say("stdout is not a terminal; use -p PROMPT for plain-text output")
         return 2
+    # For the supervising parent, should the app die of a signal (tui_chat.launch).
+    if config.api_base is None and replay_path is None:
+        note("log", str(native_log_path()))
     tracer = None
     if config.trace is not None:
         from tui_chat.tracing.recorder import Tracer

@@ -884,11 +884,28 @@ class Store:
         """Mark replies left streaming by a killed process as interrupted; returns how
         many there were."""
         with self._db:
-            cur = self._db.execute(
-                "UPDATE messages SET interrupted = 1, partial = 0 WHERE partial = 1"
-            )
+            cur = self._db.execute(_RECOVER_PARTIAL)
         return cur.rowcount
 
     def close(self) -> None:
         """Close the database."""
         self._db.close()
+
+
+_RECOVER_PARTIAL = "UPDATE messages SET interrupted = 1, partial = 0 WHERE partial = 1"
+
+
+def recover_partial_file(path: str | Path) -> int:
+    """:meth:`Store.recover_partial` on the file at ``path``, without the schema
+    checks of opening a :class:`Store`: the supervising parent runs it after the app
+    died of a signal (:mod:`tui_chat.launch`). Waits at most BUSY_TIMEOUT_S for a lock.
+
+    Raises:
+        sqlite3.Error: the file is not a history database, or stays locked.
+    """
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+    try:
+        with db:
+            return db.execute(_RECOVER_PARTIAL).rowcount
+    finally:
+        db.close()

@@ -17,7 +17,8 @@ NO_TMUX = (
 
 @pytest.fixture
 def tmux_pane(tmp_path: Path) -> Iterator[Callable[..., TmuxPane]]:
-    """Factory: ``tmux_pane(argv, env, width=80, height=24)`` starts a pane.
+    """Factory: ``tmux_pane(argv, env, width=80, height=24, wrap=True)`` starts a pane
+    (:meth:`TmuxPane.start`).
 
     Each pane has its own tmux server (``tmux -L``); all are killed at teardown.
     Skips the test with a clear reason when tmux is missing.
@@ -27,11 +28,15 @@ def tmux_pane(tmp_path: Path) -> Iterator[Callable[..., TmuxPane]]:
     panes: list[TmuxPane] = []
 
     def start(
-        argv: Sequence[str], env: Mapping[str, str], width: int = 80, height: int = 24
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        width: int = 80,
+        height: int = 24,
+        wrap: bool = True,
     ) -> TmuxPane:
         pane = TmuxPane(tmp_path, width, height)
         panes.append(pane)
-        pane.start(argv, env)
+        pane.start(argv, env, wrap=wrap)
         return pane
 
     yield start

@@ -25,6 +25,7 @@ import sys
 
 from tui_chat.cli import parse_config, run_tui
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.launch import supervise
 from tui_chat.output import UsageError
 
 # Each entry is one token piece (bytes as llama.cpp's token-to-piece gives them).
@@ -95,4 +96,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    # Under the supervising parent, as the tui-chat command runs (tui_chat.launch).
+    raise SystemExit(supervise(lambda: main(sys.argv[1:])))

@@ -126,23 +126,32 @@ class TmuxPane:
             raise RuntimeError(f"tmux {' '.join(args)}: {proc.stderr.decode(errors='replace')}")
         return proc.stdout.decode("utf-8", errors="replace")
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    def start(self, argv: Sequence[str], env: Mapping[str, str], wrap: bool = True) -> None:
         """Start ``argv`` in the pane with exactly ``env`` (``env -i``), in the repo root.
 
         Like a user's shell, a wrapper waits for the app, prints ``[exited N]`` and
         keeps the pane open (``cat``), so the terminal state the app left stays
         readable. (tmux resets the cursor mode of a dead pane, so a dead pane would
-        not do.)
+        not do.) ``wrap=False`` runs the app as the pane's own process (the session
+        leader, which the kernel sends SIGHUP and then SIGCONT when the pane goes).
         """
-        wrapper = '"$@"; echo "[exited $?]"; exec cat'
+        wrapper = ["sh", "-c", '"$@"; echo "[exited $?]"; exec cat', "sh"] if wrap else []
         command = shlex.join(
-            ["env", "-i", *(f"{k}={v}" for k, v in env.items()), "sh", "-c", wrapper, "sh",
-             *argv]
-        )  # fmt: skip
+            ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *wrapper, *argv]
+        )
         self.tmux(
             "new-session", "-d", "-s", "t", "-x", str(self.width), "-y", str(self.height),
             "-c", str(REPO), command,
         )  # fmt: skip
+
+    def pane_pid(self) -> int:
+        """The pid of the pane's process."""
+        return int(self.tmux("display-message", "-p", "-t", "t", "#{pane_pid}"))
+
+    def kill_session(self) -> None:
+        """``tmux kill-session``: the pane's terminal goes away, as when an ssh link
+        drops (the kernel sends SIGHUP, then SIGCONT, to the session leader)."""
+        self.tmux("kill-session", "-t", "t", check=False)
 
     def capture(self, escapes: bool = False, history: bool = False) -> str:
         """The pane as text, one line per row (trailing spaces trimmed by tmux).
@@ -275,6 +284,8 @@ class PtyProcess:
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self._master = master
+        self.slave_path = os.ttyname(slave)
+        """The terminal's device (``/dev/pts/N``), to read its termios settings."""
         self.chunks: list[Chunk] = []
         self._lock = threading.Lock()
         streams = {"pty": slave, "pipe": subprocess.PIPE, "devnull": subprocess.DEVNULL}
@@ -342,6 +353,19 @@ class PtyProcess:
         self._reader.join(5)
         return code
 
+    def termios_attrs(self) -> list:  # type: ignore[type-arg]
+        """The terminal's termios settings now (``termios.tcgetattr`` of the slave)."""
+        fd = os.open(self.slave_path, os.O_RDWR | os.O_NOCTTY)
+        try:
+            return termios.tcgetattr(fd)
+        finally:
+            os.close(fd)
+
+    def app_pids(self) -> list[int]:
+        """The process started and every process below it (the supervising parent and
+        the app), from /proc."""
+        return descendants(self.proc.pid)
+
     def hang_up(self) -> None:
         """Close our side of the pty, as a terminal emulator that goes away (or an ssh
         server whose link dropped) does: the kernel sends SIGHUP to the session."""
@@ -360,6 +384,28 @@ class PtyProcess:
             os.close(self._master)
         except OSError:
             pass
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from /proc (Linux)."""
+    found = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        found += descendants(int(child))
+    return found
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (exited, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] != "Z"
 
 
 # ESC-introduced sequences: CSI (with intermediates), OSC and DCS/APC/PM/SOS strings

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.terminal import PtyProcess, app_env, fake_app_argv, visible_text
+from tests.e2e.terminal import PtyProcess, app_env, fake_app_argv, running, visible_text
 
 LEAVE_ALT_SCREEN = b"\x1b[?1049l"
 ENTER_ALT_SCREEN = b"\x1b[?1049h"
@@ -112,20 +112,35 @@ def test_c25_sigterm_saves_the_reply_and_restores_the_terminal(pty_process: Star
 def test_c25_sigkill_loses_at_most_the_last_second(pty_process: StartPty) -> None:
     term = start_streaming(pty_process)
     time.sleep(2.5)
-    term.proc.send_signal(signal.SIGKILL)
-    term.wait_exit(5)
+    parent, app = term.app_pids()
+    os.kill(app, signal.SIGKILL)  # the app's own process (the OOM killer's choice)
+    assert term.wait_exit(5) == 128 + signal.SIGKILL
     shown = last_word_shown(term)
     role, content, interrupted, partial = saved_messages()[-1]
-    assert role == "assistant" and partial == 1  # killed while streaming
     # Saved at least once a second, at 20 words/s: at most the last ~20 words are lost
-    # (5 more for a paint in flight).
+    # (5 more for a paint in flight). The supervising parent marked it interrupted.
+    assert role == "assistant" and (interrupted, partial) == (1, 0)
     assert last_word(content) >= shown - 25, (last_word(content), shown)
-    # The next start marks it interrupted and shows it.
+    assert "ended with SIGKILL" in visible_text(term.output()).rsplit("tui-chat: ", 1)[-1]
+    # The next start shows it.
     again = pty_process(fake_app_argv("words", "--resume"), app_env(), cols=100, rows=30)
     again.wait_for(lambda out: b"interrupted" in out, "the saved reply to show")
-    assert saved_messages()[-1][2:] == (1, 0)
     again.write(b"\x11")
     again.wait_exit(10)
+
+
+def test_sigkill_of_the_parent_ends_the_app_too(pty_process: StartPty) -> None:
+    """Nothing is left behind holding the model when the supervising parent is killed:
+    the app gets SIGTERM (PR_SET_PDEATHSIG), saves the reply and leaves."""
+    term = start_streaming(pty_process)
+    parent, app = term.app_pids()
+    os.kill(parent, signal.SIGKILL)
+    deadline = time.monotonic() + 1.0
+    while running(app):
+        assert time.monotonic() < deadline, "the app outlived its parent by over 1 s"
+        time.sleep(0.01)
+    role, content, interrupted, partial = saved_messages()[-1]
+    assert role == "assistant" and (interrupted, partial) == (1, 0) and content.strip()
 
 
 def _state(pid: int) -> str:

@@ -21,7 +21,9 @@ The same parser reports ESC CR as ``alt+enter``: Textual drops the Alt of Alt+En
 from __future__ import annotations
 
 import os
+import queue
 import selectors
+import time
 from codecs import getincrementaldecoder
 from collections.abc import Generator
 from typing import Any
@@ -29,9 +31,11 @@ from typing import Any
 from textual import constants, events
 from textual._parser import ParseEOF, ParseTimeout, Peek1, Read1, TokenCallback
 from textual._xterm_parser import XTermParser
+from textual.drivers._writer_thread import WriterThread
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
+from tui_chat.launch import note
 from tui_chat.ui.clipboard import Multiplexer, detect_multiplexer, wrap_osc52
 
 PASTE_START = "\x1b[200~"
@@ -135,17 +139,113 @@ class PasteSafeParser(XTermParser):
             token_callback(events.Paste("".join(pasted[: -len(PASTE_END)])))
 
 
+WRITER_STOP_TIMEOUT_S = 0.3
+"""The longest :meth:`BoundedWriter.stop` waits for queued output to reach the terminal."""
+
+
+class BoundedWriter(WriterThread):
+    """Textual's output thread, with no wait that has no bound (issue 16).
+
+    Textual's ``WriterThread`` queues at most 30 writes; ``write`` and ``stop`` wait
+    for room without a limit. When the terminal goes away (an ssh link drops, ``tmux
+    kill-session``), the thread's next write raises EIO and the thread ends, nobody
+    drains the queue any more, and the main thread waited in ``stop`` -> ``Queue.put``
+    forever: the process never exited and ignored SIGTERM afterwards (seen in 8 of 20
+    launches). Here:
+
+    - the thread ends quietly on an error from the terminal, and from then on writes
+      are dropped (there is nobody to show them to);
+    - ``write`` waits for room only while the thread runs, in 50 ms steps;
+    - ``stop`` lets queued output reach a live terminal (the sequences that restore it
+      come last) for at most :data:`WRITER_STOP_TIMEOUT_S`, then returns.
+    """
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self._gone = False
+
+    def write(self, text: str) -> None:
+        put = self._queue.put
+        while not self._gone:
+            try:
+                put(text, timeout=0.05)
+                return
+            except queue.Full:
+                if not self.is_alive():
+                    return
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except (OSError, ValueError):
+            pass  # EIO (hung up) or a closed file: the terminal is gone
+        finally:
+            self._gone = True
+
+    def stop(self) -> None:
+        deadline = time.monotonic() + WRITER_STOP_TIMEOUT_S
+        while self.is_alive() and not self._gone:
+            try:
+                self._queue.put(None, timeout=0.05)
+                break
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    break
+        self.join(max(0.0, deadline - time.monotonic()))
+        self._gone = True
+
+
 class ChatDriver(LinuxDriver):
-    """Textual's Linux/macOS driver with :class:`PasteSafeParser` and OSC 52 wrapped
-    for a terminal multiplexer.
+    """Textual's Linux/macOS driver with :class:`PasteSafeParser`, OSC 52 wrapped for a
+    terminal multiplexer, and an exit that never waits without a bound.
 
     The multiplexer is read from the environment once (``$TMUX``, ``$STY``, ``$TERM``:
     :func:`tui_chat.ui.clipboard.detect_multiplexer`).
+
+    Leaving (issue 16): output goes through :class:`BoundedWriter`; a SIGCONT resumes
+    application mode only after this driver suspended it (the kernel sends SIGCONT
+    after a hang-up, and Textual then started a second output and input thread over
+    the first); and the supervising parent (:mod:`tui_chat.launch`) is told while the
+    app holds the screen, so it can put the terminal back if the process dies of a
+    signal.
     """
 
     def __init__(self, app: Any, **kwargs: Any) -> None:
+        self._writer: WriterThread | None = None
         super().__init__(app, **kwargs)
         self.multiplexer: Multiplexer = detect_multiplexer(os.environ)
+        self._suspended = False
+        self._hung_up = False
+
+    # Textual's start_application_mode builds a plain WriterThread; this property puts a
+    # BoundedWriter in its place before it is started.
+    @property  # type: ignore[override]
+    def _writer_thread(self) -> WriterThread | None:
+        return self._writer
+
+    @_writer_thread.setter
+    def _writer_thread(self, writer: WriterThread | None) -> None:
+        if writer is not None and not isinstance(writer, BoundedWriter):
+            writer = BoundedWriter(writer._file)
+        self._writer = writer
+
+    def start_application_mode(self) -> None:
+        note("screen", "1")
+        super().start_application_mode()
+
+    def stop_application_mode(self) -> None:
+        super().stop_application_mode()
+        note("screen", "0")
+
+    def _sigtstp_application(self, *args: Any) -> None:
+        self._suspended = self._auto_restart
+        super()._sigtstp_application(*args)
+
+    def _sigcont_application(self, *args: Any) -> None:
+        if not self._suspended or self._hung_up:
+            return  # not stopped by us: we hold the screen already (or it is gone)
+        self._suspended = False
+        super()._sigcont_application(*args)
 
     def write(self, data: str) -> None:
         """Write ``data`` to the terminal; an OSC 52 clipboard write (Textual's
@@ -177,8 +277,10 @@ class ChatDriver(LinuxDriver):
                     try:
                         data = os.read(self.fileno, _READ_BYTES)
                     except OSError:
+                        self._hung_up = True
                         return  # EIO: the terminal hung up
                     if not data:
+                        self._hung_up = True
                         return  # end of file: nothing more will come
                     # A character cut between two reads decodes to "" until its end
                     # comes; feeding "" would tell the parser the input has ended.
