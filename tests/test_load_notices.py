@@ -12,7 +12,7 @@ import dataclasses
 from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
 from tests.test_app_durability import hook
-from tui_chat.engine.base import ModelInfo
+from tui_chat.engine.base import LoadProgressFn, ModelInfo
 from tui_chat.engine.fake import FakeEngine
 from tui_chat.session import Notice, SessionEvent
 from tui_chat.ui.app import make_app
@@ -25,8 +25,8 @@ class NoticeEngine(FakeEngine):
         super().__init__([])
         self.notices = notices
 
-    def load(self) -> ModelInfo:
-        info = dataclasses.replace(super().load(), notices=self.notices)
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        info = dataclasses.replace(super().load(on_progress=on_progress), notices=self.notices)
         self._info = info
         return info
 

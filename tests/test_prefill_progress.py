@@ -8,6 +8,7 @@ from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
     EngineEvent,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     PrefillProgress,
@@ -23,7 +24,7 @@ class ProgressEngine:
     info = ModelInfo(name="scripted", n_ctx=4096, chat_format="plain")
     stop_strings: Sequence[str] = ()
 
-    def load(self) -> ModelInfo:
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
         return self.info
 
     def generate(

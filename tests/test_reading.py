@@ -16,7 +16,7 @@ from textual.pilot import Pilot
 from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_segments, screen_text
 from tests.test_app_stream import finished, ready
-from tui_chat.engine.base import ModelInfo
+from tui_chat.engine.base import LoadProgressFn, ModelInfo
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.store import Store
 from tui_chat.ui.app import ChatApp, make_app
@@ -285,8 +285,9 @@ async def test_turns_carry_role_labels_with_the_model_name_inert() -> None:
 class GpuEngine(FakeEngine):
     """The fake engine, reporting layers offloaded to a GPU."""
 
-    def load(self) -> ModelInfo:
-        return dataclasses.replace(super().load(), n_gpu_layers=30, n_layers=30)
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        info = super().load(on_progress=on_progress)
+        return dataclasses.replace(info, n_gpu_layers=30, n_layers=30)
 
 
 async def test_the_status_bar_shows_offloaded_layers_only_when_there_are_some() -> None:

@@ -16,6 +16,7 @@ from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
     EngineEvent,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     SamplingParams,
@@ -47,7 +48,7 @@ class StepEngine:
     def stop_strings(self) -> Sequence[str]:
         return ()
 
-    def load(self) -> ModelInfo:
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
         self._info = ModelInfo(name="steps", n_ctx=1024, chat_format="fake")
         return self._info
 

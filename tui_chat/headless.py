@@ -2,7 +2,9 @@
 
 The same :class:`~tui_chat.session.ChatSession` as the TUI answers; this module only
 reads its events and drains the reply's text to stdout as it streams. Not saved to
-the history.
+the history. While the model loads, a terminal on stderr shows how far it got
+(``loading model: 42% · 12.3 s left``, one line rewritten in place and blanked before
+the reply or a message); stderr that is a pipe or a file gets none of it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import signal
 from tui_chat.config import Config
 from tui_chat.engine.base import Engine
 from tui_chat.engine.stream import TraceFn
-from tui_chat.output import EXIT_BROKEN_PIPE, OutputClosed, say, write_out
+from tui_chat.output import EXIT_BROKEN_PIPE, OutputClosed, ProgressLine, say, write_out
 from tui_chat.session import (
     ChatSession,
+    LoadProgressed,
+    ModelLoaded,
     ModelLoadFailed,
     Notice,
     ReplyFinished,
@@ -49,6 +53,12 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
         interrupted = True
         session.cancel()
 
+    progress = ProgressLine()
+
+    def tell(text: str) -> None:
+        progress.clear()
+        say(text)
+
     previous = signal.signal(signal.SIGINT, on_sigint)
     session.start()
     session.submit(prompt)
@@ -78,11 +88,15 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
                 if interrupted and reply_id is None:
                     return 130
                 continue
-            if isinstance(event, ModelLoadFailed):
-                say(event.error)
+            if isinstance(event, LoadProgressed):
+                progress.show(load_progress_text(event))
+            elif isinstance(event, ModelLoaded):
+                progress.clear()
+            elif isinstance(event, ModelLoadFailed):
+                tell(event.error)
                 return 2
-            if isinstance(event, Notice):
-                say(event.text)
+            elif isinstance(event, Notice):
+                tell(event.text)
             elif isinstance(event, ReplyStarted):
                 reply_id = event.reply_id
             elif isinstance(event, ReplyFinished):
@@ -92,15 +106,25 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
                 if not event.empty:
                     write_out("\n")
                 elif event.reason in ("stop", "length"):
-                    say("the model gave an empty reply")
+                    tell("the model gave an empty reply")
                 if event.reason == "error":
-                    say(event.error or "generation failed")
+                    tell(event.error or "generation failed")
                     return 1
                 return 130 if event.reason == "cancelled" else 0
     except OutputClosed:
         session.cancel()
         return EXIT_BROKEN_PIPE
     finally:
+        progress.clear()  # Ctrl+C during the load
         signal.signal(signal.SIGINT, previous)
         session.close()
         session.join(0.5)
+
+
+def load_progress_text(event: LoadProgressed) -> str:
+    """The progress line for ``event``: ``loading model: 42% · 12.3 s left`` (whole
+    percents, never rounded up to 100 %; no time left before the rate is known)."""
+    text = f"loading model: {int(event.fraction * 100 + 1e-6)}%"
+    if event.eta_ms is not None and event.fraction < 1.0:
+        text += f" · {event.eta_ms / 1000:.1f} s left"
+    return text

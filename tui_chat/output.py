@@ -4,6 +4,7 @@ Every line here may quote text we did not write (a path, a GGUF field, a trace, 
 server's message, an exception that quotes either), so it goes through
 :func:`~tui_chat.sanitize.sanitize` first: nothing but our own bytes drive the terminal
 (issue 8). The safe way is the only way offered: :func:`say` for a line on stderr,
+:class:`ProgressLine` for a line of progress rewritten in place on stderr,
 :func:`write_out` for text on stdout, :class:`ArgumentParser` for the command line.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import os
 import signal
 import sys
+from typing import TextIO
 
 from tui_chat.sanitize import sanitize
 
@@ -43,6 +45,48 @@ def say(text: str) -> None:
         print(f"tui-chat: {sanitize(text)}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+class ProgressLine:
+    """One line on stderr rewritten in place with ``\\r`` (``-p`` while the model
+    loads), only when stderr is a terminal: a pipe or a CI log gets nothing at all,
+    where carriage returns would pile up as noise.
+
+    The line is overwritten with spaces to clear it, not with an escape sequence, so
+    any terminal shows it right. Each text goes through the sanitiser.
+
+    Args:
+        stream: where to write; None for ``sys.stderr`` (tests pass their own).
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = sys.stderr if stream is None else stream
+        try:
+            self.enabled = bool(self._stream.isatty())
+        except (OSError, ValueError, AttributeError):  # closed or no stderr (C12)
+            self.enabled = False
+        self._n_chars = 0  # characters on the line now
+
+    def show(self, text: str) -> None:
+        """Put ``text`` (one short line, under the terminal's width) on the line."""
+        line = sanitize(text)
+        self._write("\r" + line + " " * max(0, self._n_chars - len(line)))
+        self._n_chars = len(line)
+
+    def clear(self) -> None:
+        """Blank the line and put the cursor back at its start (nothing when empty)."""
+        if self._n_chars:
+            self._write("\r" + " " * self._n_chars + "\r")
+            self._n_chars = 0
+
+    def _write(self, data: str) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except (OSError, ValueError):  # the terminal went away: say nothing more
+            self.enabled = False
 
 
 def write_out(text: str, *, raw: bool = False) -> None:

@@ -167,6 +167,10 @@ class TokenPiece:
 
 EngineEvent = PrefillProgress | PrefillDone | TokenPiece
 
+LoadProgressFn = Callable[[float], bool]
+"""A load's progress callback (see :meth:`Engine.load`): takes the fraction loaded
+(0.0-1.0), returns False to stop the load."""
+
 
 @dataclass(frozen=True)
 class Step:
@@ -188,6 +192,12 @@ class EngineError(Exception):
 
     The message is one line meant for the user; the app shows it and stays up.
     """
+
+
+class LoadCancelled(EngineError):
+    """The load was stopped on purpose: the ``on_progress`` callback given to
+    :meth:`Engine.load` returned False (the session is closing: Ctrl+Q or SIGTERM
+    during a load). Not a failure of the model; nothing needs to be shown."""
 
 
 class ContextOverflowError(EngineError):
@@ -287,10 +297,19 @@ class Engine(Protocol):
         """Strings that end a reply when the model writes them (turn markers)."""
         ...
 
-    def load(self) -> ModelInfo:
-        """Load the model (blocking, seconds).
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        """Load the model (blocking, seconds; a minute for a 40 GB model on a GPU).
+
+        Args:
+            on_progress: called on the loading thread with the fraction of the model
+                loaded so far (0.0-1.0, never decreasing; the last call, if the load
+                gets there, is 1.0); it must be quick and must not block. Returning
+                False stops the load at the next report (:class:`LoadCancelled`). An
+                engine with nothing to load (a remote server, a replay) may never call
+                it.
 
         Raises:
+            LoadCancelled: ``on_progress`` returned False.
             EngineError: the model cannot be loaded; the message says why.
         """
         ...

@@ -19,6 +19,8 @@ from tui_chat.engine.base import (
     ChatMessage,
     EngineError,
     EngineEvent,
+    LoadCancelled,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     SamplingParams,
@@ -61,6 +63,9 @@ class FakeEngine:
             a function from the conversation to a script.
         stop_strings: turn markers, as a chat template would give.
         load_s: seconds :meth:`load` takes.
+        load_steps: with an ``on_progress`` callback, :meth:`load` takes ``load_s`` in
+            this many equal steps and reports each (0.0 first, then step/load_steps),
+            as llama.cpp reports each tensor; 0 reports nothing.
         prefill_s: seconds each prefill takes, fed in batches of ``batch_s``.
         batch_s: the prefill's cancel granularity in seconds.
         n_ctx: reported context window.
@@ -73,6 +78,7 @@ class FakeEngine:
         *,
         stop_strings: Sequence[str] = ("<end_of_turn>", "<start_of_turn>"),
         load_s: float = 0.0,
+        load_steps: int = 0,
         prefill_s: float = 0.0,
         batch_s: float = 0.02,
         n_ctx: int = 4096,
@@ -82,6 +88,9 @@ class FakeEngine:
         self._scripts = scripts
         self._stops = tuple(stop_strings)
         self.load_s = load_s
+        self.load_steps = load_steps
+        self.progress_answers: list[bool] = []
+        """What ``on_progress`` returned at each report of every load, in order."""
         self.prefill_s = prefill_s
         self.batch_s = batch_s
         self.n_ctx = n_ctx
@@ -106,8 +115,29 @@ class FakeEngine:
     def stop_strings(self) -> Sequence[str]:
         return self._stops
 
-    def load(self) -> ModelInfo:
-        if self.load_s:
+    @property
+    def load_stopped(self) -> bool:
+        """True once an ``on_progress`` callback returned False (the load stopped)."""
+        return False in self.progress_answers
+
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        """Take ``load_s`` seconds; see :meth:`tui_chat.engine.base.Engine.load`.
+
+        Raises:
+            LoadCancelled: ``on_progress`` returned False (at the step it did).
+            EngineError: ``load_error`` is set (after ``load_s``).
+        """
+        steps = self.load_steps
+        if on_progress is not None and steps > 0:
+            for step in range(steps + 1):
+                if step:
+                    # One step: not interruptible, like llama.cpp loading one tensor.
+                    time.sleep(self.load_s / steps)
+                keep = on_progress(step / steps)
+                self.progress_answers.append(keep)
+                if not keep:
+                    raise LoadCancelled(f"the load of {self.name} was stopped")
+        elif self.load_s:
             time.sleep(self.load_s)
         if self.load_error:
             raise EngineError(self.load_error)

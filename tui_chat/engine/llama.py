@@ -36,7 +36,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ from tui_chat.engine.base import (
     ContextOverflowError,
     EngineError,
     EngineEvent,
+    LoadCancelled,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     PrefillProgress,
@@ -55,8 +57,11 @@ from tui_chat.engine.base import (
 from tui_chat.engine.modelfile import (
     ModelFileError,
     ModelHeader,
+    check_fits_in_memory,
     check_model_file,
     checked_metadata,
+    read_model_header,
+    total_memory_bytes,
 )
 from tui_chat.engine.prompt import Prompt, content, normalize, tokenize_parts
 from tui_chat.engine.snapshot import (
@@ -132,14 +137,14 @@ class LlamaEngine:
     """llama-cpp-python engine for one GGUF model.
 
     Args:
-        model: a GGUF file already checked by
-            :func:`~tui_chat.engine.modelfile.check_model_file` (the CLI checks it
-            once, before anything loads), or a path, checked by :meth:`load`.
+        model: a GGUF file whose header the CLI read
+            (:func:`~tui_chat.engine.modelfile.read_model_header`), or a path; either
+            way :meth:`load` checks the whole file before the native load.
         n_ctx: context window in tokens.
         n_gpu_layers: layers to offload to the GPU; -1 offloads all (CUDA builds only,
             a CPU build ignores it).
-        n_threads: CPU threads for decode; None lets llama-cpp-python choose
-            (half the cores).
+        n_threads: CPU threads for decode; None lets llama-cpp-python choose (half
+            the logical CPUs; tui-chat passes :func:`tui_chat.config.default_threads`).
         n_batch: prompt tokens evaluated per batch; also the cancel granularity of a
             prefill.
         chat_format: ``--chat-format`` override, or None to choose automatically.
@@ -149,6 +154,9 @@ class LlamaEngine:
         default_system_prompt: the system message for a conversation that has none,
             or None to render such a conversation as it is (a Jinja template may
             then write a system prompt of its own).
+        preflight: called first by :meth:`load`, on the engine thread; raises an
+            :class:`EngineError` to refuse the load (the build does not fit this CPU:
+            :func:`tui_chat.engines.make_engine`).
     """
 
     def __init__(
@@ -162,6 +170,7 @@ class LlamaEngine:
         chat_format: str | None = None,
         log_path: Path | None = None,
         default_system_prompt: str | None = None,
+        preflight: Callable[[], None] | None = None,
     ) -> None:
         self._header = model if isinstance(model, ModelHeader) else None
         self.model_path = model.path if isinstance(model, ModelHeader) else Path(model)
@@ -172,6 +181,7 @@ class LlamaEngine:
         self.chat_format = chat_format
         self.log_path = log_path
         self.default_system_prompt = default_system_prompt
+        self._preflight = preflight
         self._llm: Any = None
         self._template: ChatTemplate | None = None
         self._info: ModelInfo | None = None
@@ -197,8 +207,16 @@ class LlamaEngine:
     def stop_strings(self) -> Sequence[str]:
         return self._template.stop_strings if self._template else ()
 
-    def load(self) -> ModelInfo:
-        """Load the GGUF (seconds).
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        """Load the GGUF (seconds; a minute for a 40 GB model offloaded to a GPU).
+
+        Args:
+            on_progress: llama.cpp's model load progress (see
+                :func:`load_progress`), called on this thread with the fraction of
+                the tensor data loaded (0.0-1.0; a few hundred calls, one per tensor,
+                then 1.0). Return False to stop the load: llama.cpp stops at the next
+                tensor and frees what it allocated. Building the context (the KV
+                cache) after the last call is not covered.
 
         Returns:
             The loaded model's :class:`ModelInfo`; its ``notices`` hold one-line
@@ -206,12 +224,21 @@ class LlamaEngine:
             template that could not be used).
 
         Raises:
+            LoadCancelled: ``on_progress`` returned False.
             ModelFileError: the file is not a usable GGUF (see
                 :func:`~tui_chat.engine.modelfile.check_model_file`) or llama.cpp
                 could not load it; the message says why.
             EngineError: a ``--chat-format`` that does not fit the model.
         """
-        header = self._header or check_model_file(self.model_path)
+        if self._preflight is not None:
+            self._preflight()
+        header = self._header or read_model_header(self.model_path)
+        memory = total_memory_bytes()
+        if self.n_gpu_layers == 0 and memory and header.size_bytes > memory:
+            # The weights may not fit (a file is never smaller than its weights): only
+            # the tensor table says. Otherwise it is read only if llama.cpp fails (a
+            # file cut short), to say why: walking a 262k-token vocabulary costs 130 ms.
+            check_fits_in_memory(check_model_file(self.model_path), memory)
         from tui_chat.engine import native_log
 
         notices: list[str] = []
@@ -227,16 +254,22 @@ class LlamaEngine:
         import llama_cpp
 
         n_before = len(native_log.recent_lines(200))
+        hook: _ProgressHook | None = None
         try:
-            llm = llama_cpp.Llama(
-                model_path=str(header.path),
-                n_ctx=self.n_ctx,
-                n_gpu_layers=self.n_gpu_layers,
-                n_threads=self.n_threads,
-                n_batch=self.n_batch,
-                verbose=False,
-            )
+            with load_progress(on_progress) as hook:
+                llm = llama_cpp.Llama(
+                    model_path=str(header.path),
+                    n_ctx=self.n_ctx,
+                    n_gpu_layers=self.n_gpu_layers,
+                    n_threads=self.n_threads,
+                    n_batch=self.n_batch,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
+            if hook is not None and hook.stopped:
+                hook.raise_interrupt()
+                raise LoadCancelled(f"the load of {self.model_path.name} was stopped") from exc
+            check_model_file(self.model_path)  # a file cut short, in our words
             raise ModelFileError(self._load_failure(str(exc), n_before)) from exc
         except jinja2.TemplateError as exc:
             # llama-cpp-python compiles every chat template of the GGUF while loading,
@@ -246,6 +279,13 @@ class LlamaEngine:
                 f"valid Jinja ({str(exc)[:120]!r}), and llama-cpp-python will not load "
                 "a file with a broken template"
             ) from exc
+        if hook is not None:
+            # llama.cpp calls it only while loading; the params outlive the load.
+            llm.model_params.progress_callback = llama_cpp.llama_progress_callback()
+            if hook.stopped:  # stopped at the last report: the load is not wanted
+                llm.close()
+                hook.raise_interrupt()
+                raise LoadCancelled(f"the load of {self.model_path.name} was stopped")
         self._llm = llm
         vocab = llm._model.vocab
         self._vocab = vocab
@@ -760,6 +800,102 @@ class LlamaEngine:
         llm, self._llm = self._llm, None
         if llm is not None:
             llm.close()
+
+
+class _ProgressHook:
+    """One load's progress callback, as the ctypes function llama.cpp calls.
+
+    llama.cpp calls it from inside ``llama_model_load_from_file``: an exception must
+    not leave it (ctypes would print it on stderr, over the UI, and return 0, which
+    aborts the load). A callback that raises is not called again and the load goes
+    on; a ``KeyboardInterrupt`` stops the load and is raised again once the native
+    call has returned (:meth:`raise_interrupt`).
+
+    Args:
+        on_progress: the caller's callback (see :meth:`LlamaEngine.load`).
+        c_type: ``llama_cpp.llama_progress_callback``, the ctypes function type.
+    """
+
+    def __init__(self, on_progress: LoadProgressFn, c_type: Any) -> None:
+        self._on_progress = on_progress
+        self._broken = False
+        self.stopped = False
+        """True once the callback returned False (or was interrupted)."""
+        self.interrupt: BaseException | None = None
+        self.c_callback = c_type(self._call)
+        """The ctypes function; it must stay alive as long as llama.cpp may call it."""
+
+    def _call(self, progress: float, _user_data: Any) -> bool:
+        if self.stopped:
+            return False
+        if self._broken:
+            return True
+        try:
+            keep = bool(self._on_progress(min(max(float(progress), 0.0), 1.0)))
+        except Exception:
+            self._broken = True  # a bug in a progress display must not fail the load
+            return True
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit on the main thread
+            self.interrupt, keep = exc, False
+        self.stopped = self.stopped or not keep
+        return keep
+
+    def raise_interrupt(self) -> None:
+        """Raise the KeyboardInterrupt (or SystemExit) the callback caught, if any."""
+        if self.interrupt is not None:
+            raise self.interrupt
+
+
+# Loads with a progress callback in progress: thread id -> its ctypes callback.
+_progress_hooks: dict[int, Any] = {}
+_progress_lock = threading.Lock()
+_default_params: list[Any] = []  # llama.cpp's own llama_model_default_params, while replaced
+
+
+@contextlib.contextmanager
+def load_progress(on_progress: LoadProgressFn | None) -> Iterator[_ProgressHook | None]:
+    """Give the ``llama_cpp.Llama(...)`` built inside this block ``on_progress`` as
+    llama.cpp's model load ``progress_callback``.
+
+    llama-cpp-python 0.3.36's ``Llama.__init__`` takes no such argument: it builds its
+    model params with ``llama_model_default_params()`` from the ``llama_cpp.llama_cpp``
+    module (``llama.py``, "Model Params"). For the duration of the block that module
+    function is replaced by one that sets the callback, for loads on this thread only
+    (another thread's load gets llama.cpp's defaults); the original is put back when
+    the last such block ends, whatever happens inside.
+
+    Yields:
+        The hook (``stopped``: the callback returned False), or None when
+        ``on_progress`` is None (nothing is replaced).
+    """
+    if on_progress is None:
+        yield None
+        return
+    import llama_cpp.llama_cpp as native
+
+    hook = _ProgressHook(on_progress, native.llama_progress_callback)
+    thread = threading.get_ident()
+    with _progress_lock:
+        if not _progress_hooks:
+            original = native.llama_model_default_params
+            _default_params[:] = [original]
+
+            def default_params() -> Any:
+                params = original()
+                callback = _progress_hooks.get(threading.get_ident())
+                if callback is not None:
+                    params.progress_callback = callback
+                return params
+
+            native.llama_model_default_params = default_params
+        _progress_hooks[thread] = hook.c_callback
+    try:
+        yield hook
+    finally:
+        with _progress_lock:
+            _progress_hooks.pop(thread, None)
+            if not _progress_hooks and _default_params:
+                native.llama_model_default_params = _default_params.pop()
 
 
 def no_gpu_offload_notice(n_gpu_layers: int) -> str:

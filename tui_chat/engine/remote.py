@@ -47,6 +47,7 @@ from tui_chat.engine.base import (
     ChatMessage,
     EngineError,
     EngineEvent,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     SamplingParams,
@@ -224,8 +225,11 @@ class RemoteEngine:
         """The models the server listed at :meth:`load` (empty if it lists none)."""
         return list(self._models)
 
-    def load(self) -> ModelInfo:
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
         """Check the server answers and pick the model (one ``GET /models``).
+
+        ``on_progress`` is never called: the server holds the model, and its load is
+        not ours to report or stop.
 
         A server without a model list (HTTP 404) is accepted when ``model`` is given
         or the server needs none.

@@ -49,6 +49,28 @@ class ModelLoaded(SessionEvent):
 
 
 @dataclass(frozen=True)
+class LoadProgressed(SessionEvent):
+    """A model load moved on (issue 16): the first load, or a model switch's.
+
+    Sent from the engine thread while the engine reports progress (a llama.cpp model;
+    a remote server or a replay reports none): the first report, then one when the
+    fraction has moved by 1 % or 100 ms have passed since the last event, and the
+    last at ``fraction == 1.0`` (the model's data is in; :class:`ModelLoaded` follows
+    once the context is built).
+
+    Attributes:
+        fraction: how much of the model is loaded, 0.0-1.0.
+        elapsed_ms: time since the load started, in milliseconds.
+        eta_ms: estimated time left in milliseconds, from the rate since the first
+            report; None until the fraction has moved.
+    """
+
+    fraction: float
+    elapsed_ms: float
+    eta_ms: float | None
+
+
+@dataclass(frozen=True)
 class ModelLoadFailed(SessionEvent):
     """The model could not be loaded; the session answers nothing.
 

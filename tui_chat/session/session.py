@@ -41,6 +41,7 @@ prefill; after each reply it writes the KV cache as the conversation's snapshot.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,7 @@ from tui_chat.engine.base import (
     ChatMessage,
     Engine,
     EngineError,
+    LoadCancelled,
     ModelInfo,
     PrefillDone,
     PrefillProgress,
@@ -73,6 +75,7 @@ from tui_chat.session.events import (
     FirstText,
     HistoryOpened,
     Listener,
+    LoadProgressed,
     ModelLoaded,
     ModelLoadFailed,
     ModelSwitchFailed,
@@ -92,6 +95,9 @@ from tui_chat.store import LoadedConversation, Store, StoredVersion
 
 SAVE_EVERY_S = 1.0
 """A streaming reply is saved at least this often (seconds)."""
+
+LOAD_REPORT_INTERVAL_S = 0.1
+"""A model load's progress is reported at most this often (seconds), and at its end."""
 
 
 def prompt_messages(conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -393,14 +399,6 @@ class ChatSession:
     def start(self) -> None:
         """Start the engine thread (the model loads), the storage thread, and with
         ``resume`` the loading of the saved conversation."""
-        import sys
-
-        # Between two native decode steps the engine thread needs the GIL for a
-        # fraction of a millisecond (sample, piece, decode, append); while the UI
-        # thread paints a frame it would otherwise wait up to the default 5 ms switch
-        # interval for it, a fifth of a 25 ms decode step. The engine must never wait
-        # for painting.
-        sys.setswitchinterval(0.001)
         if self.storage is not None:
             self.storage.start()
             if self._resume is not False:
@@ -762,7 +760,9 @@ class ChatSession:
             if self._thread.is_alive():
                 self._save_reply(current, "".join(current.parts), partial=False)
         elif self._thread.is_alive():
-            self._thread.join(0.05)
+            # A load in progress stops at llama.cpp's next progress report (one tensor
+            # later, see LoadReporter): let it free the model before the process goes.
+            self._thread.join(min(0.3, timeout_s / 2) if self._state == "loading" else 0.05)
         if self.storage is not None:
             self.storage.close(max(0.05, deadline - time.monotonic()))
 
@@ -817,7 +817,12 @@ class ChatSession:
     def _run(self) -> None:
         """Engine thread: load, then answer queued messages until closed."""
         try:
-            info = self.engine.load()
+            info = self.engine.load(on_progress=self._load_reporter())
+        except LoadCancelled as exc:
+            if not self._closing:  # stopped by the engine itself: still a failure
+                self._state = "error"
+                self._emit(ModelLoadFailed(str(exc)))
+            return  # closing (Ctrl+Q, SIGTERM during the load): nothing to report
         except EngineError as exc:
             self._state = "error"
             self._emit(ModelLoadFailed(str(exc)))
@@ -831,6 +836,13 @@ class ChatSession:
             self._ref.model = info.name
             if self._state == "loading":
                 self._state = "ready"
+        # Between two native decode steps the engine thread needs the GIL for a
+        # fraction of a millisecond (sample, piece, decode, append); while the UI
+        # thread paints a frame it would otherwise wait up to the default 5 ms switch
+        # interval for it, a fifth of a 25 ms decode step. The engine must never wait
+        # for painting. Set once the model has loaded: while it loads (import llama_cpp
+        # is 100 ms of Python) a switch every millisecond only slowed both threads.
+        sys.setswitchinterval(0.001)
         self._emit(ModelLoaded(info))
         self._snapshots.hash_model_soon(self.engine)
         for notice in info.notices:  # e.g. GPU offload asked of a CPU build (C39)
@@ -869,11 +881,13 @@ class ChatSession:
             self._info = None  # messages sent from now on are queued for the new model
         old.close()
         try:
-            info = new.load()
+            info = new.load(on_progress=self._load_reporter())
         except Exception as exc:
             new.close()
+            if isinstance(exc, LoadCancelled) and self._closing:
+                return True  # a quit during the load: the old model is not wanted either
             try:
-                restored: ModelInfo | None = old.load()
+                restored: ModelInfo | None = old.load(on_progress=self._load_reporter())
             except Exception:
                 restored = None
             self._switch_failed(_one_line_error(exc), old_state, restored)
@@ -892,6 +906,10 @@ class ChatSession:
         for notice in info.notices:
             self._emit(Notice(notice, "warning"))
         return True
+
+    def _load_reporter(self) -> LoadReporter:
+        """The ``on_progress`` for one load: events, and a stop once closing."""
+        return LoadReporter(self._emit, lambda: self._closing)
 
     def _switch_failed(self, error: str, old_state: State, restored: ModelInfo | None) -> None:
         """The new model did not load; ``restored`` is the model in use again, or None."""
@@ -1249,6 +1267,65 @@ class ChatSession:
                 store.delete_message(saved.row_id)
 
         self.storage.submit(delete)
+
+
+class LoadReporter:
+    """The ``on_progress`` callback of one model load (:meth:`Engine.load`): reports
+    :class:`~tui_chat.session.events.LoadProgressed` and stops the load once the
+    session is closing, so a quit during a minute-long load ends at once (issue 16).
+
+    Called on the engine thread, from inside the engine's native load, once per
+    tensor (a few hundred times): an event goes out for the first report, when
+    :data:`LOAD_REPORT_INTERVAL_S` has passed since the last event, and for the first
+    report of 1.0. Not per percent: a small model loads in milliseconds, and a hundred
+    events at once made the UI thread repaint the status bar a hundred times while the
+    engine waited for the GIL (issue 16: ready came 100 ms later).
+
+    The time left is linear in the fraction from the first report on, so the time
+    before it (reading the GGUF header and metadata) does not count against the rate.
+
+    Args:
+        emit: the session's listener.
+        stopping: True once the load should stop (the session is closing).
+        clock: seconds, monotonic (``time.perf_counter``; tests pass their own).
+    """
+
+    def __init__(
+        self,
+        emit: Listener,
+        stopping: Callable[[], bool],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._emit = emit
+        self._stopping = stopping
+        self._clock = clock
+        self._started_at = clock()
+        self._first: tuple[float, float] | None = None  # (fraction, time) first reported
+        self._last: tuple[float, float] | None = None  # (fraction, time) last sent
+
+    def __call__(self, fraction: float) -> bool:
+        """Take one report of the fraction loaded (0.0-1.0); False: stop the load."""
+        if self._stopping():
+            return False
+        now = self._clock()
+        fraction = min(max(fraction, 0.0), 1.0)
+        if self._first is None:
+            self._first = (fraction, now)
+        last = self._last
+        if last is not None:
+            if fraction >= 1.0:
+                if last[0] >= 1.0:
+                    return True
+            elif now - last[1] < LOAD_REPORT_INTERVAL_S:
+                return True
+        first_fraction, first_at = self._first
+        eta_ms = None
+        if fraction > first_fraction and now > first_at:
+            rate = (fraction - first_fraction) / (now - first_at)  # fraction per second
+            eta_ms = (1.0 - fraction) / rate * 1000
+        self._last = (fraction, now)
+        self._emit(LoadProgressed(fraction, (now - self._started_at) * 1000, eta_ms))
+        return True
 
 
 def _one_line_error(exc: BaseException) -> str:

@@ -36,6 +36,7 @@ from tui_chat.engine.base import (
     ChatMessage,
     EngineError,
     EngineEvent,
+    LoadProgressFn,
     ModelInfo,
     PrefillDone,
     SamplingParams,
@@ -170,8 +171,9 @@ class ReplayEngine:
     def stop_strings(self) -> Sequence[str]:
         return self._stops
 
-    def load(self) -> ModelInfo:
-        """Nothing to load; reports the recorded model name and ``n_ctx``."""
+    def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        """Nothing to load; reports the recorded model name and ``n_ctx``.
+        ``on_progress`` is never called (the trace does not record the load's)."""
         self._info = ModelInfo(name=self._name, n_ctx=self._n_ctx, chat_format="replay")
         return self._info
 

@@ -1,9 +1,10 @@
-"""The status line: state, prefill progress, numbers of the reply, GPU offload, a
-stall, model name."""
+"""The status line: state, load or prefill progress, numbers of the reply, GPU
+offload, a stall, model name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len, set_cell_size
 from textual.content import Content
@@ -13,14 +14,14 @@ from textual.widget import Widget
 from tui_chat.engine.base import ModelInfo
 from tui_chat.engine.stream import StatsSnapshot
 from tui_chat.sanitize import sanitize
-from tui_chat.session.events import (
-    PrefillFinished,
-    PrefillProgressed,
-    ReplyFinished,
-    ReplyStarted,
-    SessionEvent,
-    SnapshotRestored,
-)
+
+if TYPE_CHECKING:
+    from tui_chat.session.events import (
+        LoadProgressed,
+        PrefillProgressed,
+        SessionEvent,
+        SnapshotRestored,
+    )
 
 SEPARATOR = " │ "
 
@@ -54,36 +55,48 @@ class StatusBar(Widget):
     # What gives way when the line is too long, in this order: the stall warning is
     # shortened, the prefill speed and the GPU layers are dropped, "resumed from cache,
     # N tokens" becomes "from cache" (ctx says how many), then the model name is
-    # shortened, or dropped with under 6 cells left. The state, the prefill progress
-    # and the numbers are never dropped.
+    # shortened, or dropped with under 6 cells left. The state, the load or prefill
+    # progress and the numbers are never dropped.
     _GIVE_WAY = ("stall", "prefill", "gpu", "resumed")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._parts: dict[str, _Part] = {}
         self._prefill: PrefillProgressed | None = None
+        self._load: LoadProgressed | None = None
         self._resumed: SnapshotRestored | None = None
         self._replies_since_resume = 0
 
     def track(self, event: SessionEvent) -> bool:
-        """Follow the session events the line shows beside the numbers (issue 13): a
-        long prefill's progress, and a KV snapshot restored ("resumed from cache"),
-        which stays shown through the first reply after it.
+        """Follow the session events the line shows beside the numbers: a model load's
+        progress until the model is loaded or failed to (issue 16), a long prefill's
+        progress, and a KV snapshot restored ("resumed from cache"), which stays shown
+        through the first reply after it (issue 13).
 
         Returns:
             True when the event changed what the line shows (show it again).
         """
-        if isinstance(event, PrefillProgressed):
+        from tui_chat.session import events as ev  # imported with the session (issue 16)
+
+        if isinstance(event, ev.LoadProgressed):
+            self._load = event
+            return True
+        if isinstance(
+            event, ev.ModelLoaded | ev.ModelLoadFailed | ev.ModelSwitchFailed | ev.ModelSwitching
+        ):
+            had_progress, self._load = self._load is not None, None
+            return had_progress
+        if isinstance(event, ev.PrefillProgressed):
             self._prefill = event
             return True
-        if isinstance(event, SnapshotRestored):
+        if isinstance(event, ev.SnapshotRestored):
             self._resumed, self._replies_since_resume = event, 0
             return True
-        if isinstance(event, PrefillFinished | ReplyFinished):
+        if isinstance(event, ev.PrefillFinished | ev.ReplyFinished):
             self._prefill = None
-            if isinstance(event, ReplyFinished):
+            if isinstance(event, ev.ReplyFinished):
                 self._replies_since_resume += 1
-        elif isinstance(event, ReplyStarted) and self._replies_since_resume:
+        elif isinstance(event, ev.ReplyStarted) and self._replies_since_resume:
             self._resumed = None
         return False
 
@@ -105,15 +118,24 @@ class StatusBar(Widget):
         """Show the state, the numbers, GPU offload, a stall and the model name
         (sanitized: a GGUF's name is untrusted).
 
-        While a prefill of several batches runs, the tokens read of the total and the
-        time left follow the state; "resumed from cache" follows when the KV snapshot of
-        ``conversation_id`` (the conversation shown) was restored (see :meth:`track`).
+        While a model loads, the part loaded and the time left follow the state
+        (``loading │ 42% · 12.3 s left``). While a prefill of several batches runs,
+        the tokens read of the total and the time left follow the state; "resumed from
+        cache" follows when the KV snapshot of ``conversation_id`` (the conversation
+        shown) was restored (see :meth:`track`).
         GPU offload shows as ``GPU 30/30`` (layers offloaded / layers) and only when
         layers are offloaded. A stall is shown only while the reply that stalled streams
         (issue 10: it stayed after the reply had ended), and never pushes the numbers
         off a narrow bar (see ``_GIVE_WAY``).
         """
         parts: dict[str, _Part] = {"state": _Part(state)}
+        load = self._load
+        if load is not None:
+            # Whole percents: 100% only once it is all in, never rounded up to it.
+            progress = f"{int(load.fraction * 100 + 1e-6)}%"
+            if load.eta_ms is not None and load.fraction < 1.0:
+                progress += f" · {load.eta_ms / 1000:.1f} s left"
+            parts["progress"] = _Part(progress)
         prefill = self._prefill
         if prefill is not None:
             # Short: at 80 columns it fits beside "resumed from cache, 2,000 tokens".
