@@ -1,5 +1,6 @@
 # tui-chat: `make run` and `make test` do everything on a fresh machine.
-# CPU is the default; `make run CUDA=1` builds llama-cpp-python from source with CUDA
+# llama-cpp-python is built from source for the machine at hand and proved on it before
+# it is trusted (README, "The llama.cpp build"); `make run CUDA=1` builds it with CUDA
 # and stops, loudly, when that build cannot offload to a GPU.
 
 PYTHON ?= python3
@@ -58,6 +59,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(LLAMA_BUILD_ENV) $(BIN)/python scripts/llama_build.py install $(CUDA_FLAG)
 	$(BIN)/python -m pip install --quiet -e '.[dev,model]'
+	$(BIN)/python -m compileall -q tui_chat
 ifeq ($(CUDA),1)
 	$(BIN)/python scripts/llama_build.py check-gpu
 endif

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 from bench.probe import LagProbe, median, p, post_key, wait_until
-from tui_chat.cli import make_engine
 from tui_chat.config import Config
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.modelfile import ModelFileInfo
+from tui_chat.engines import make_engine
 from tui_chat.paths import default_model_path, gemma_model_path
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.screens.models import ModelPickerScreen

@@ -188,7 +188,8 @@ _PROOF = r"""
 import json, os, sys, time
 import llama_cpp
 print("SYSTEM_INFO " + llama_cpp.llama_print_system_info().decode(), flush=True)
-model, n_batch, min_batches, n_gpu_layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model = sys.argv[1]
+n_batch, min_batches, n_gpu_layers = (int(a) for a in sys.argv[2:5])
 llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_batch=n_batch, n_threads=os.cpu_count(),
                       n_gpu_layers=n_gpu_layers, verbose=False)
 sentence = "The quick brown fox jumps over the lazy dog while the cat watches. "

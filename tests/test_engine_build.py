@@ -22,7 +22,8 @@ from tui_chat import buildinfo, cli
 XEON_CPUINFO = """processor	: 0
 vendor_id	: GenuineIntel
 model name	: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
-flags		: fpu vme hypervisor constant_tsc sse sse2 pni ssse3 sse4_1 sse4_2 avx avx2 fma f16c bmi1 bmi2 avx512f avx512bw avx512vl avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
+flags		: fpu vme hypervisor constant_tsc sse sse2 pni ssse3 sse4_1 sse4_2 avx avx2 fma \
+f16c bmi1 bmi2 avx512f avx512bw avx512vl avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8
 
 processor	: 1
 flags		: fpu sse sse2

@@ -291,7 +291,7 @@ def test_describe_reads_the_header_only(model_path: Path, tmp_path: Path) -> Non
 async def test_real_switch_answers_with_the_other_model(model_path: Path, gemma_path: Path) -> None:
     params = SamplingParams(max_tokens=12, temperature=0.0, seed=1)
     config = fake_config(sampling=params, n_ctx=1024)
-    from tui_chat.cli import make_engine
+    from tui_chat.engines import make_engine
 
     app = make_app(config, make_engine(config))
     async with app.run_test(size=SIZE) as pilot:

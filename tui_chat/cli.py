@@ -8,6 +8,7 @@ terminal); 130 interrupted by Ctrl+C in headless mode.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import signal
@@ -16,15 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui_chat.config import FLAG_KEYS, Config, ConfigError, format_config, load_config
+from tui_chat.config import (
+    FLAG_KEYS,
+    Config,
+    ConfigError,
+    format_config,
+    load_config,
+)
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
+from tui_chat.engines import make_engine
 from tui_chat.launch import note
 from tui_chat.output import ArgumentParser, UsageError, say, silence_output
 from tui_chat.paths import (
-    DEFAULT_MODEL_SYSTEM_PROMPT,
     default_config_path,
-    default_model_path,
     history_path,
     native_log_path,
 )
@@ -144,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=_positive_int,
         default=_UNSET,
-        help="CPU threads for decoding (default: half the cores)",
+        help="CPU threads for decoding (default: the physical cores)",
     )
     p.add_argument(
         "--n-batch",
@@ -280,7 +286,16 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
         UsageError: a bad flag; :class:`SettingsError` for a setting that is not
             allowed (from the config file, the environment or a flag).
     """
-    args = build_parser().parse_args(list(argv))
+    return config_from_args(build_parser().parse_args(list(argv)))
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[Config, str | None]:
+    """Parsed flags, environment and config file -> (Config, headless prompt or None).
+
+    Raises:
+        SettingsError: a setting that is not allowed (from the config file, the
+            environment or a flag).
+    """
     given = vars(args)
     flags = {key: given[dest] for dest, key in _SETTING_DESTS.items() if dest in given}
     if "history" in flags:  # --no-history
@@ -293,65 +308,6 @@ def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
     config.resume = args.resume
     config.raw = args.raw
     return config, args.prompt
-
-
-def make_engine(config: Config) -> Engine:
-    """The engine for ``config``: a server's (``--api-base``), else the llama.cpp engine;
-    a model file is checked here, once.
-
-    Raises:
-        EngineError: a bad --api-base; the model file is missing, not a usable GGUF, or
-            its weights are larger than this machine's memory (CPU inference).
-    """
-    if config.api_base is not None:
-        from tui_chat.engine.remote import RemoteEngine
-
-        return RemoteEngine(
-            config.api_base,
-            api_key=config.api_key,
-            model=config.api_model,
-            read_timeout_s=config.api_timeout_s,
-        )
-    from tui_chat.engine.llama import LlamaEngine
-    from tui_chat.engine.modelfile import check_fits_in_memory, check_model_file
-
-    path = config.model or default_model_path()
-    if config.model is None and not path.exists():
-        raise EngineError(
-            f"the default model is not in {path.parent}/: run 'make run' (or 'make model') "
-            "to place it, or pass --model PATH"
-        )
-    header = check_model_file(path)
-    _check_build_fits_this_cpu()
-    if config.n_gpu_layers == 0:  # offloaded weights live in GPU memory instead
-        check_fits_in_memory(header)
-    return LlamaEngine(
-        header,
-        n_ctx=config.n_ctx,
-        n_gpu_layers=config.n_gpu_layers,
-        n_threads=config.threads,
-        n_batch=config.n_batch,
-        chat_format=config.chat_format,
-        log_path=native_log_path(),
-        default_system_prompt=DEFAULT_MODEL_SYSTEM_PROMPT if config.model is None else None,
-    )
-
-
-def _check_build_fits_this_cpu() -> None:
-    """Refuse a llama-cpp-python built for a CPU with instruction sets this one lacks
-    (a venv carried to another machine): it would die of SIGILL at the first prompt.
-    Reads ``make install``'s stamp (:mod:`tui_chat.buildinfo`); nothing is known, and
-    nothing refused, for an install without one.
-
-    Raises:
-        EngineError: the build does not fit; the message says how to rebuild.
-    """
-    from tui_chat import buildinfo
-
-    stamp = buildinfo.installed_stamp()
-    missing = buildinfo.missing_features(stamp)
-    if stamp is not None and missing:
-        raise EngineError(buildinfo.unfit_build_message(missing, stamp))
 
 
 def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int:
@@ -392,6 +348,10 @@ def run_app(app: ChatApp) -> int:
     process ends with ``os._exit`` instead of returning.
     """
     _draw_on_stdout_when_stderr_is_not_a_terminal()
+    # What exists now (every module, the app) lives as long as the process: out of the
+    # cyclic collector's reach, so no full pass over it holds the GIL while the first
+    # frame is written (one held it back by 50-65 ms on the 2-core machine, issue 16).
+    gc.freeze()
     app.run()
     code = app.return_code or 0
     if code == 128 + signal.SIGHUP:
@@ -432,15 +392,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return (list_main if argv[0] == "list" else export_main)(argv[1:])
     try:
-        config, prompt = parse_config(argv)
-        replay_path, replay_speed = _replay_options(argv)
+        args = build_parser().parse_args(argv)  # once: 2 ms a build (issue 16)
+        config, prompt = config_from_args(args)
     except SettingsError as exc:
         say(str(exc))
         return 2
     except UsageError as exc:
         say(f"{exc} (see tui-chat --help)")
         return 2
-    if build_parser().parse_args(argv).print_config:
+    # --replay and --replay-speed stay out of Config: they choose the engine, they are
+    # not settings of a run.
+    replay_path, replay_speed = args.replay, args.replay_speed
+    if args.print_config:
         return _print_config(config)
     if replay_path is not None:
         config.history = False  # a replay reproduces a session; it is not a new chat
@@ -498,13 +461,6 @@ def _print_config(config: Config) -> int:
         silence_output(1)
         return 128 + signal.SIGPIPE
     return 0
-
-
-def _replay_options(argv: Sequence[str]) -> tuple[Path | None, float]:
-    """``--replay`` and ``--replay-speed`` (kept out of :class:`Config`: they choose the
-    engine, they are not settings of a run)."""
-    args = build_parser().parse_args(list(argv))
-    return args.replay, args.replay_speed
 
 
 def _replay_engine(path: Path, speed: float) -> Engine:

@@ -45,7 +45,7 @@ KILL_AFTER_S = 2.0
 """After SIGTERM or SIGHUP, the longest the parent waits for the child before it kills
 it (the app itself leaves within 1 s: replay cases C07, C24)."""
 
-FATAL_SIGNALS = {
+FATAL_SIGNALS: dict[int, str] = {
     signal.SIGILL: "an illegal instruction: llama.cpp ran a CPU instruction this "
     "machine does not have",
     signal.SIGSEGV: "a segmentation fault in native code (llama.cpp, ggml or a GPU driver)",
@@ -184,8 +184,8 @@ def _wait_for(pid: int, shared: mmap.mmap, modes_fd: int | None, saved: list | N
     # Ctrl+C, a closed terminal and ``kill`` reach the whole process group or this
     # process alone; either way the child gets them once more (its handlers are
     # idempotent) and decides.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, pass_on)
+    for passed in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(passed, pass_on)
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, kill_child)
     while True:

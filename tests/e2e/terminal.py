@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -136,9 +137,7 @@ class TmuxPane:
         leader, which the kernel sends SIGHUP and then SIGCONT when the pane goes).
         """
         wrapper = ["sh", "-c", '"$@"; echo "[exited $?]"; exec cat', "sh"] if wrap else []
-        command = shlex.join(
-            ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *wrapper, *argv]
-        )
+        command = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *wrapper, *argv])
         self.tmux(
             "new-session", "-d", "-s", "t", "-x", str(self.width), "-y", str(self.height),
             "-c", str(REPO), command,
@@ -353,7 +352,7 @@ class PtyProcess:
         self._reader.join(5)
         return code
 
-    def termios_attrs(self) -> list:  # type: ignore[type-arg]
+    def termios_attrs(self) -> list[Any]:
         """The terminal's termios settings now (``termios.tcgetattr`` of the slave)."""
         fd = os.open(self.slave_path, os.O_RDWR | os.O_NOCTTY)
         try:

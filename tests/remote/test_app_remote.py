@@ -15,9 +15,10 @@ import pytest
 from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
 from tests.remote.stub import Route, StubHandler, StubServer, event, reply, status
-from tui_chat.cli import make_engine, parse_config
+from tui_chat.cli import parse_config
 from tui_chat.config import api_key_from_env
 from tui_chat.engine.remote import RemoteEngine
+from tui_chat.engines import make_engine
 from tui_chat.store import Store
 from tui_chat.tracing.recorder import Tracer
 from tui_chat.ui.app import ChatApp, make_app

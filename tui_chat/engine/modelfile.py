@@ -11,6 +11,8 @@ hold all the tensor data it declares, and does that data fit in this machine's m
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import mmap
 import os
 import re
@@ -18,11 +20,61 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
-
 from tui_chat.engine.base import EngineError
+
+
+class _T:
+    """GGUF metadata value types, as the GGUF spec numbers them (ggml/docs/gguf.md,
+    ``gguf_metadata_value_type``): part of the file format, fixed for every version.
+    Plain ints: an ``IntEnum`` costs 2 ms to build before the first frame."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+@functools.cache
+def _gguf_constants() -> ModuleType:
+    """The ``gguf`` package's ``constants`` (quantisation types, their block sizes and
+    names, which grow with llama.cpp), imported when the tensor table is first read.
+
+    Not at import time: the module builds enums of hundreds of members (10 ms), and
+    the CLI's check before the first frame reads only the header (issue 16: the app
+    must start like a bare Textual app). And loaded from its file: importing any part
+    of ``gguf`` runs the package's ``__init__``, which imports numpy, yaml and every
+    module of the package (over 100 ms before a model can load), while
+    ``constants.py`` needs only the standard library. Should a later ``gguf`` change
+    that, the package import is the fallback.
+    """
+    spec = importlib.util.find_spec("gguf")
+    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    path = Path(folders[0], "constants.py") if folders else None
+    if path is not None and path.is_file():
+        file_spec = importlib.util.spec_from_file_location("tui_chat._gguf_constants", path)
+        if file_spec is not None and file_spec.loader is not None:
+            module = importlib.util.module_from_spec(file_spec)
+            try:
+                file_spec.loader.exec_module(module)
+                return module
+            except ImportError:
+                pass
+    import gguf.constants
+
+    return gguf.constants
+
 
 GGUF_MAGIC = b"GGUF"
 # Magic numbers of the GGML file formats that came before GGUF, as the first 4 bytes on
@@ -78,7 +130,10 @@ def _looks_like_safetensors(head: bytes) -> bool:
 
 
 def check_model_file(path: str | Path) -> ModelHeader:
-    """Validate ``path`` as a GGUF language model without native code.
+    """Validate ``path`` as a GGUF language model without native code: the header
+    (:func:`read_model_header`), then the tensor table (the weights' size, and a file
+    cut short). The tensor table of a large vocabulary takes tens of milliseconds to
+    walk: the engine does it on its thread, before the native load.
 
     Raises:
         ModelFileError: missing path, directory, empty file, safetensors, old GGML,
@@ -87,6 +142,20 @@ def check_model_file(path: str | Path) -> ModelHeader:
             declares (an interrupted download). An architecture llama.cpp does not
             know is only found by the native load;
             :class:`~tui_chat.engine.llama.LlamaEngine` reports it.
+    """
+    header = read_model_header(path)
+    return dataclasses.replace(
+        header, tensor_data_bytes=_tensor_data_bytes(header.path, header.size_bytes)
+    )
+
+
+def read_model_header(path: str | Path) -> ModelHeader:
+    """The checks of :func:`check_model_file` that need only the file's start (a
+    millisecond): what the CLI checks before the first frame, so that a wrong
+    ``--model`` stops the start with one line. ``tensor_data_bytes`` is 0.
+
+    Raises:
+        ModelFileError: as :func:`check_model_file`, but for a file cut short.
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -116,8 +185,7 @@ def check_model_file(path: str | Path) -> ModelHeader:
                 "with llama.cpp's convert_hf_to_gguf.py or get a GGUF build of the model"
             )
         raise ModelFileError(f"{p} is not a GGUF file (it starts with {magic!r})")
-    header = _read_header(p, size)
-    return dataclasses.replace(header, tensor_data_bytes=_tensor_data_bytes(p, size))
+    return _read_header(p, size)
 
 
 def total_memory_bytes() -> int | None:
@@ -172,7 +240,6 @@ def _human(n_bytes: int) -> str:
     return f"{n_bytes / 2**30:.1f} GiB"
 
 
-_T = GGUFValueType
 _SCALAR_SIZES = {
     _T.UINT8: 1, _T.INT8: 1, _T.BOOL: 1, _T.UINT16: 2, _T.INT16: 2, _T.UINT32: 4,
     _T.INT32: 4, _T.FLOAT32: 4, _T.UINT64: 8, _T.INT64: 8, _T.FLOAT64: 8,
@@ -185,7 +252,7 @@ def _read_header(p: Path, size: int) -> ModelHeader:
 
     ``gguf.GGUFReader`` parses the whole file eagerly (about 10 s for the bundled
     model's 262k-token vocabulary on this machine), so we read only the first keys,
-    which converters write first; the type ids are ``gguf.GGUFValueType``'s.
+    which converters write first; the type ids are the GGUF spec's (:class:`_T`).
 
     Both are checked where they are read (issue 8): the architecture must be a string
     of at most :data:`MAX_ARCHITECTURE_BYTES` that looks like an architecture name
@@ -431,6 +498,7 @@ def _scan(buf: mmap.mmap) -> _Scan:
             raise ValueError(f"unknown value type {vtype} for key {key[:64]!r}")
     alignment = found.ints.get(b"general.alignment", _GGUF_DEFAULT_ALIGNMENT)
     data_bytes = 0
+    quant_sizes = _gguf_constants().GGML_QUANT_SIZES
     for _ in range(n_tensors):
         off = skip_str(off)
         (n_dims,) = u("<I", buf, off)
@@ -441,10 +509,10 @@ def _scan(buf: mmap.mmap) -> _Scan:
         for d in dims:
             n_elements *= d
         found.n_params += n_elements
-        if ttype not in GGML_QUANT_SIZES:
+        if ttype not in quant_sizes:
             found.data_bytes = None
             continue
-        block_size, type_size = GGML_QUANT_SIZES[ttype]
+        block_size, type_size = quant_sizes[ttype]
         n_bytes = n_elements // block_size * type_size
         found.bytes_by_type[ttype] = found.bytes_by_type.get(ttype, 0) + n_bytes
         data_bytes = max(data_bytes, t_offset + n_bytes)
@@ -554,7 +622,7 @@ def _quantisation(scan: _Scan) -> str:
     file_type = scan.ints.get(b"general.file_type")
     if file_type is not None:
         try:
-            name = LlamaFileType(file_type).name
+            name = _gguf_constants().LlamaFileType(file_type).name
         except ValueError:
             name = ""
         if name and name != "GUESSED":
@@ -562,7 +630,7 @@ def _quantisation(scan: _Scan) -> str:
     if scan.bytes_by_type:
         ttype = max(scan.bytes_by_type, key=lambda t: scan.bytes_by_type[t])
         try:
-            return GGMLQuantizationType(ttype).name
+            return _gguf_constants().GGMLQuantizationType(ttype).name
         except ValueError:
             return ""
     return ""

@@ -50,7 +50,6 @@ either a matching pair or a pair whose CRC does not match (rejected).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
@@ -160,6 +159,8 @@ def template_digest(template: ChatTemplate, bos: int | None) -> str:
         rendered = "".join(f"{int(p.glue)}{len(p.text)}:{p.text}" for p in template.render(probe))
     except Exception as exc:  # a Jinja template may refuse any input
         rendered = f"render failed: {type(exc).__name__}"
+    import hashlib  # OpenSSL's: 3 ms, not before the first frame (issue 16)
+
     h = hashlib.sha256()
     for part in (template.name, rendered, "\x00".join(template.stop_strings), str(bos)):
         h.update(part.encode("utf-8", "surrogatepass") + b"\x00")

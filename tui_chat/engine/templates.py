@@ -20,7 +20,6 @@ adds a BOS token id itself: many Jinja templates write ``{{ bos_token }}``.
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -271,6 +270,8 @@ def jinja_template(
     def render(messages: Sequence[ChatMessage]) -> Prompt:
         contents = [m["content"] for m in messages]
         real = run([{"role": m["role"], "content": m["content"]} for m in messages])
+        import secrets  # with hashlib and OpenSSL: 5 ms before the first frame (issue 16)
+
         nonce = secrets.token_hex(8)
         try:
             marked = run(

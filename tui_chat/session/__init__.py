@@ -5,32 +5,54 @@ Nothing in this package imports Textual or Rich (an import-linter contract in
 thin readers of the same session.
 """
 
-from tui_chat.session.events import (
-    FirstText,
-    HistoryOpened,
-    Listener,
-    ModelLoaded,
-    ModelLoadFailed,
-    ModelSwitchFailed,
-    ModelSwitching,
-    Notice,
-    PrefillFinished,
-    PrefillProgressed,
-    ReplyFinished,
-    ReplyKind,
-    ReplyStarted,
-    SessionEvent,
-    SnapshotRestored,
-    SnapshotSaved,
-    State,
-    VersionShown,
-)
-from tui_chat.session.session import (
-    ChatSession,
-    ConversationChange,
-    TextBatch,
-    prompt_messages,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tui_chat.session.events import (
+        FirstText,
+        HistoryOpened,
+        Listener,
+        LoadProgressed,
+        ModelLoaded,
+        ModelLoadFailed,
+        ModelSwitchFailed,
+        ModelSwitching,
+        Notice,
+        PrefillFinished,
+        PrefillProgressed,
+        ReplyFinished,
+        ReplyKind,
+        ReplyStarted,
+        SessionEvent,
+        SnapshotRestored,
+        SnapshotSaved,
+        State,
+        VersionShown,
+    )
+    from tui_chat.session.session import (
+        ChatSession,
+        ConversationChange,
+        TextBatch,
+        prompt_messages,
+    )
+
+_SESSION_NAMES = frozenset({"ChatSession", "ConversationChange", "TextBatch", "prompt_messages"})
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, each imported from its module when first asked for, so
+    that ``tui_chat.session.events`` alone does not bring in the session, storage
+    and SQLite (18 ms that the first frame does not need: issue 16)."""
+    if name in _SESSION_NAMES:
+        from tui_chat.session import session
+
+        return getattr(session, name)
+    if name in __all__:
+        from tui_chat.session import events
+
+        return getattr(events, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ChatSession",
@@ -38,6 +60,7 @@ __all__ = [
     "FirstText",
     "HistoryOpened",
     "Listener",
+    "LoadProgressed",
     "ModelLoadFailed",
     "ModelLoaded",
     "ModelSwitchFailed",

@@ -14,47 +14,32 @@ import asyncio
 import gc
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+from rich.console import RenderableType
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import Provider
 from textual.driver import Driver
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
 from tui_chat.config import Config
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
-from tui_chat.kvcache import SnapshotCache
+from tui_chat.engines import EngineFactory, make_engine
 from tui_chat.sanitize import sanitize
-from tui_chat.session import (
-    ChatSession,
-    FirstText,
-    HistoryOpened,
-    ModelLoaded,
-    ModelLoadFailed,
-    ModelSwitchFailed,
-    ModelSwitching,
-    Notice,
-    PrefillFinished,
-    ReplyFinished,
-    ReplyStarted,
-    SessionEvent,
-    VersionShown,
-)
-from tui_chat.session.events import Severity
 from tui_chat.ui.commands import ChatCommands, PaletteCommand, chat_commands
 from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
+from tui_chat.ui.driver import ChatDriver
 from tui_chat.ui.gc_hold import FullCollectionHold
 from tui_chat.ui.messages import SessionUpdate
-from tui_chat.ui.screens.help import HelpScreen
-from tui_chat.ui.screens.models import EngineFactory, default_engine_factory, open_model_picker
-from tui_chat.ui.screens.settings import open_settings
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.conversation import MAX_MOUNTED_TURNS, version_label
@@ -64,14 +49,68 @@ from tui_chat.ui.widgets.turns import (
     INTERRUPTED_NOTE,
     AssistantTurn,
     UserTurn,
+    markdown,
 )
 from tui_chat.ui.widgets.welcome import Welcome
 
+if TYPE_CHECKING:
+    from tui_chat.session.events import ReplyFinished, ReplyStarted, SessionEvent, Severity
+    from tui_chat.session.session import ChatSession
+
 __all__ = ["MAX_MOUNTED_TURNS", "ChatApp", "make_app"]
+
+ENGINE_START_BACKSTOP_S = 0.5
+"""The engine starts when the first whole frame is on the terminal, or at the latest
+this long after the app has mounted."""
 
 CLOSE_TIMEOUT_S = 0.6
 """At exit, the longest wait for the reply in flight and the history to be saved
 (the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
+
+
+class ChatFooter(Footer):
+    """Textual's footer, composed with the first frame and again only when the keys it
+    shows change (issue 16: the first frame comes before anything it does not need).
+
+    Textual's footer (8.2) composes nothing at first and recomposes after every change
+    of the screen's bindings: five times while the app starts (each focus change is
+    one), 10-50 ms each on the 2-core machine, all before the frame that shows the
+    keys, and again at every focus change afterwards.
+    """
+
+    keys_composed = False
+    """The keys are composed: the next frame shows them (the app then starts the
+    engine, :meth:`ChatApp._display`)."""
+    _recompose_due = False
+    _shown: tuple[tuple[str, str, bool], ...] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bindings_ready = True  # the app's keys are known before anything has focus
+
+    def _keys(self) -> tuple[tuple[str, str, bool], ...]:
+        return tuple(
+            (binding.key, binding.description, enabled)
+            for (_node, binding, enabled, _tooltip) in self.screen.active_bindings.values()
+            if binding.show
+        )
+
+    def compose(self) -> ComposeResult:
+        self._shown = self._keys()
+        yield from super().compose()
+        self.keys_composed = True
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        if not screen.app.app_focus or not self.is_attached or screen is not self.screen:
+            return
+        if not self._recompose_due and self._keys() != self._shown:
+            self._recompose_due = True
+            self.call_after_refresh(self._recompose_now)
+
+    async def _recompose_now(self) -> None:
+        self._recompose_due = False
+        if self._keys() != self._shown:
+            await self.recompose()
 
 
 class ChatApp(ConversationKeys):
@@ -121,16 +160,10 @@ class ChatApp(ConversationKeys):
         self.config = config
         self._trace = trace
         self._handle_signals = handle_signals
-        self.session = ChatSession(
-            engine,
-            self._on_session_event,
-            params=config.sampling,
-            system_prompt=config.system_prompt,
-            history=history,
-            resume=config.resume,
-            trace=trace,
-            kv_cache=SnapshotCache(limit_bytes=config.kv_cache_limit_bytes),
-        )
+        self._engine = engine
+        self._history = history
+        self._session: ChatSession | None = None
+        self._making_session = threading.Lock()
         self.load_error: str | None = None
         self.last_reply: ReplyFinished | None = None
         self.n_replies_shown = 0
@@ -138,18 +171,47 @@ class ChatApp(ConversationKeys):
         self._live: tuple[int, AssistantTurn] | None = None
         self._session_closing: asyncio.Task[None] | None = None
         self._status = StatusBar(id="status")
+        self._footer = ChatFooter()
         self._gc_hold = FullCollectionHold()
         """Full garbage collections wait while a reply streams (see gc_hold)."""
-        self.engine_factory: EngineFactory = default_engine_factory
+        self._engine_started = False
+        self.engine_factory: EngineFactory = make_engine
         """Builds the engine of a model picked with F3 (tests put a fake here)."""
+
+    @property
+    def session(self) -> ChatSession:
+        """The conversation (UI-free); the app only forwards keys to it.
+
+        Made when first asked for: once the first frame is on the terminal
+        (:meth:`_start_engine`), or sooner by whatever needs it first (a key). With the
+        storage and SQLite behind it, importing it costs 10-15 ms that the first frame
+        does not need (issue 16); until then the status bar says "loading".
+        """
+        with self._making_session:  # made on the output thread, or a key's
+            if self._session is None:
+                from tui_chat.kvcache import SnapshotCache
+                from tui_chat.session.session import ChatSession
+
+                config = self.config
+                self._session = ChatSession(
+                    self._engine,
+                    self._on_session_event,
+                    params=config.sampling,
+                    system_prompt=config.system_prompt,
+                    history=self._history,
+                    resume=config.resume,
+                    trace=self._trace,
+                    kv_cache=SnapshotCache(limit_bytes=config.kv_cache_limit_bytes),
+                )
+            return self._session
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        with ChatView(id="conversation", saved=self.session.storage is not None):
+        with ChatView(id="conversation", saved=self._history is not None):
             yield Welcome(self._model_name(), None)
         yield self._status
         yield Composer(id="composer")
-        yield Footer()
+        yield self._footer
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this platform; on Linux and macOS the same driver with
@@ -157,8 +219,6 @@ class ChatApp(ConversationKeys):
         (:mod:`tui_chat.ui.driver`)."""
         driver_class = super().get_driver_class()
         if driver_class.__name__ == "LinuxDriver":
-            from tui_chat.ui.driver import ChatDriver
-
             return ChatDriver
         return driver_class
 
@@ -189,7 +249,34 @@ class ChatApp(ConversationKeys):
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 loop.add_signal_handler(signum, self._on_signal, signum)
-        self.session.start()
+        # The engine thread imports llama.cpp (180 ms of Python holding the GIL) and
+        # loads the model: both wait for the first whole frame (the footer's keys come
+        # one refresh after the rest), which the user sees at once and whose composer
+        # takes keys already (issue 16). The timer is a backstop.
+        self.set_timer(ENGINE_START_BACKSTOP_S, self._start_engine)
+
+    def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
+        """Textual's: write a frame to the driver. The first frame that shows the
+        footer's keys starts the engine (:meth:`_start_engine`), at once: a message or
+        ``call_after_refresh`` came 30 ms later, after another refresh."""
+        super()._display(screen, renderable)
+        if not self._engine_started and renderable is not None and self._footer.keys_composed:
+            self._start_engine()
+
+    def _start_engine(self) -> None:
+        """The first whole frame is composed: once it is on the terminal, start the
+        engine thread."""
+        if self._engine_started:
+            return
+        self._engine_started = True
+
+        driver = self._driver
+        if isinstance(driver, ChatDriver):
+            # Made and started on the output thread, right after the frame is written
+            # (the UI thread stays free for keys meanwhile).
+            driver.when_drawn(lambda: self.session.start())
+        else:  # headless (tests, the benchmark): no terminal to wait for
+            self.session.start()
 
     def _on_session_event(self, event: SessionEvent) -> None:
         """The session's listener: any thread; posting never waits."""
@@ -197,36 +284,42 @@ class ChatApp(ConversationKeys):
 
     # ------------------------------------------------------------ session events
     async def on_session_update(self, message: SessionUpdate) -> None:
+        # Imported with the session, after the first frame (issue 16).
+        from tui_chat.session import events as ev
+
         event = message.event
         if not self._status.is_attached:
             return  # the app is closing: the engine thread finishing a cancelled reply
         if self._status.track(event):  # prefill progress, a KV snapshot restored
             self._update_status()
-        if isinstance(event, FirstText):
+        if isinstance(event, ev.FirstText):
             await self._paint_tick()
-        elif isinstance(event, ReplyStarted):
+        elif isinstance(event, ev.ReplyStarted):
             await self._reply_started(event)
-        elif isinstance(event, ReplyFinished):
+        elif isinstance(event, ev.ReplyFinished):
             await self._reply_finished(event)
-        elif isinstance(event, PrefillFinished):
+        elif isinstance(event, ev.PrefillFinished):
             self._update_status()
-        elif isinstance(event, ModelLoaded):
+        elif isinstance(event, ev.ModelLoaded):
+            # What the first reply is drawn with, imported now on a thread of its own
+            # (not before the first frame, nor beside the model load: issue 16).
+            threading.Thread(target=markdown, name="tui-chat-imports", daemon=True).start()
             # Everything made so far (Textual, the model's Python objects) lives as long
             # as the app: move it out of the cyclic GC's reach, so a full collection
             # during a reply scans only what the reply made (they showed as 50 ms frames).
             gc.freeze()
             self._update_status()
-        elif isinstance(event, ModelSwitching):
+        elif isinstance(event, ev.ModelSwitching):
             self._update_status()
-        elif isinstance(event, ModelSwitchFailed):
+        elif isinstance(event, ev.ModelSwitchFailed):
             now = f"still using {event.restored.name}" if event.restored else "no model is loaded"
             text = sanitize(f"{event.error} ({now})")
             self.notify(text, severity="error", markup=False, timeout=8)
             self._update_status()
-        elif isinstance(event, ModelLoadFailed):
+        elif isinstance(event, ev.ModelLoadFailed):
             self.load_error = event.error
             self.exit(return_code=2)
-        elif isinstance(event, HistoryOpened):
+        elif isinstance(event, ev.HistoryOpened):
             self._user_turns.clear()
             view = self.chat
             view.reply_label = self._model_name()
@@ -239,11 +332,11 @@ class ChatApp(ConversationKeys):
                 self._user_turns[message_id] = turn = UserTurn(text, queued=True)
                 await view.add(turn, {"role": "user", "content": text})
             self._update_status()
-        elif isinstance(event, VersionShown):
+        elif isinstance(event, ev.VersionShown):
             await self.chat.replace_last_exchange(
                 event.user, event.reply, version_label(event.version, event.n_versions)
             )
-        elif isinstance(event, Notice):
+        elif isinstance(event, ev.Notice):
             self.notice(event.text, event.severity)
 
     async def _reply_started(self, event: ReplyStarted) -> None:
@@ -366,28 +459,27 @@ class ChatApp(ConversationKeys):
     def _model_name(self) -> str:
         """The model to name on screen (raw: sanitize to show it): the one loading in a
         switch, else the loaded one, else the server or the file asked for."""
-        session = self.session
-        if session.loading_model:
+        session = self._session
+        if session is not None and session.loading_model:
             return session.loading_model
-        if session.model_info is not None:
+        if session is not None and session.model_info is not None:
             return session.model_info.name
         if self.config.api_base:  # connecting: say to what, not "default model"
             return self.config.api_model or self.config.api_base
         return Path(str(self.config.model or "default model")).name
 
     def _update_status(self) -> None:
-        session = self.session
-        loading = session.loading_model  # a model switch: show the model that loads
-        info = None if loading else session.model_info
+        session = self._session
+        if session is None:  # before the first frame is out: the model is to load
+            state, stats, info, conversation_id = "loading", None, None, None
+        else:
+            loading = session.loading_model  # a model switch: show the model that loads
+            state, stats, conversation_id = session.state, session.live_stats(), None
+            info = None if loading else session.model_info
+            conversation_id = session.conversation_id
         name = self._model_name()
         if self._status.is_attached:
-            self._status.show(
-                session.state,
-                session.live_stats(),
-                info,
-                name,
-                conversation_id=session.conversation_id,
-            )
+            self._status.show(state, stats, info, name, conversation_id=conversation_id)
             for welcome in self.query(Welcome).results(Welcome):
                 welcome.show(name, info)
 
@@ -403,8 +495,8 @@ class ChatApp(ConversationKeys):
         need not be rebuilt when a reply starts or ends (``refresh_bindings`` leaked
         the old footer keys on each call in Textual 8.2.8: RSS grew 1.65x in 200
         turns)."""
-        if action == "interrupt":
-            return self.session.busy
+        if action == "interrupt":  # (the footer asks before the session is made)
+            return self._session is not None and self._session.busy
         return super().check_action(action, parameters)
 
     def action_stop_reply(self) -> None:
@@ -450,6 +542,8 @@ class ChatApp(ConversationKeys):
 
     async def _close_session(self) -> None:
         """Close the session off the event loop (it may wait for the history lock)."""
+        if self._session is None:
+            return  # gone before the first frame: nothing was started
         if self._session_closing is None:
             self._session_closing = asyncio.ensure_future(
                 asyncio.to_thread(self.session.close, CLOSE_TIMEOUT_S)
@@ -462,10 +556,14 @@ class ChatApp(ConversationKeys):
 
     def action_settings(self) -> None:
         """F2: this conversation's system prompt and sampling."""
+        from tui_chat.ui.screens.settings import open_settings  # not before the first frame
+
         open_settings(self)
 
     def action_models(self) -> None:
         """F3: pick another model (local GGUF files, or the server's models)."""
+        from tui_chat.ui.screens.models import open_model_picker  # not before the first frame
+
         open_model_picker(self)
 
     async def action_clear(self) -> None:
@@ -497,6 +595,8 @@ class ChatApp(ConversationKeys):
 
     def action_show_help(self) -> None:
         """F1, or ``?`` in an empty composer: the keys."""
+        from tui_chat.ui.screens.help import HelpScreen  # not before the first frame
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 

@@ -15,7 +15,7 @@ from functools import partial
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from tui_chat.sanitize import sanitize
-from tui_chat.ui.markdown_view import code_blocks
+from tui_chat.ui.widgets.turns import markdown
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def chat_commands(source: str) -> list[PaletteCommand]:
     ``source`` (the Markdown of the selected turn or the last reply; at most 20), with
     the block's first line as help."""
     commands = list(CHAT_COMMANDS)
-    for n, block in enumerate(code_blocks(source)[:20], 1):
+    for n, block in enumerate(markdown().code_blocks(source)[:20], 1):
         first = sanitize(block.strip().splitlines()[0] if block.strip() else "")[:40]
         commands.append(
             PaletteCommand(f"Copy code block {n}", first or "(empty)", f"copy_code({n})")

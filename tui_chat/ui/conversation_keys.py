@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
-from tui_chat.ui.screens.conversations import Choice, ConversationsScreen, OpenConversation
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.conversation import ConversationView
 
 if TYPE_CHECKING:
     from tui_chat.session import ChatSession
+    from tui_chat.ui.screens.conversations import Choice, ConversationsScreen
 
 _CHAT_ACTIONS = frozenset(
     {"clear", "conversations", "regenerate", "edit_last", "continue_reply", "version"}
@@ -43,11 +43,13 @@ class ConversationKeys(App[int]):
         Binding("f5", "version(1)", "Next version", show=False),
     ]
 
-    session: ChatSession
     editing = False
     """F6 put the last user message in the prompt: Enter sends it again as an edit."""
 
     if TYPE_CHECKING:
+
+        @property
+        def session(self) -> ChatSession: ...
 
         async def action_clear(self) -> None: ...
 
@@ -67,6 +69,8 @@ class ConversationKeys(App[int]):
         if self.session.storage is None:
             self.notify("this chat is not saved (--no-history): nothing to browse", markup=False)
             return
+        from tui_chat.ui.screens.conversations import ConversationsScreen  # after 1st frame
+
         screen = ConversationsScreen(
             self.session.storage, self.session.conversation_id, self._deleting, search
         )
@@ -88,6 +92,8 @@ class ConversationKeys(App[int]):
         return True
 
     async def _chosen(self, choice: Choice | None) -> None:
+        from tui_chat.ui.screens.conversations import OpenConversation
+
         if choice is None:
             return
         if self.session.busy or self.session.queued():

@@ -15,8 +15,7 @@ from textual.widget import Widget
 
 from tui_chat.sanitize import sanitize
 from tui_chat.ui.clipboard import MAX_BASE64_CHARS, too_large
-from tui_chat.ui.markdown_view import code_blocks
-from tui_chat.ui.widgets.turns import AssistantTurn, UserTurn
+from tui_chat.ui.widgets.turns import AssistantTurn, UserTurn, markdown
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ def clip_of(turn: Widget | None, code_block: int = 0, number: int = 0) -> Clip:
         raise NothingToCopy(f"{name} is empty")
     if not code_block:
         return Clip(sanitize(source), name)
-    blocks = code_blocks(source)
+    blocks = markdown().code_blocks(source)
     if code_block > len(blocks):
         count = {0: "no code blocks", 1: "one code block"}.get(len(blocks))
         raise NothingToCopy(f"{name} has {count or f'{len(blocks)} code blocks'}")

@@ -25,7 +25,7 @@ import queue
 import selectors
 import time
 from codecs import getincrementaldecoder
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from textual import constants, events
@@ -165,22 +165,55 @@ class BoundedWriter(WriterThread):
         self._gone = False
 
     def write(self, text: str) -> None:
+        self._put(text)
+
+    def call_after_output(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` on this thread once everything written before it has been
+        written and flushed to the terminal (at once if the terminal is gone)."""
+        if not self._put(callback):
+            callback()
+
+    def _put(self, item: str | Callable[[], object]) -> bool:
         put = self._queue.put
         while not self._gone:
             try:
-                put(text, timeout=0.05)
-                return
+                put(item, timeout=0.05)  # type: ignore[arg-type]
+                return True
             except queue.Full:
                 if not self.is_alive():
-                    return
+                    break
+        return False
 
     def run(self) -> None:
+        """Textual's loop (write, flush when the queue is empty), which also runs the
+        callbacks of :meth:`call_after_output`, and ends quietly when the terminal has
+        gone."""
+        file, get, qsize = self._file, self._queue.get, self._queue.qsize
+        pending: list[Callable[[], object]] = []
         try:
-            super().run()
+            while (item := get()) is not None:
+                if callable(item):
+                    file.flush()
+                    item()
+                    continue
+                file.write(item)
+                if qsize() == 0:
+                    file.flush()
+            file.flush()
         except (OSError, ValueError):
             pass  # EIO (hung up) or a closed file: the terminal is gone
         finally:
             self._gone = True
+            # Callbacks still queued run anyway: the work they start must not be lost.
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if callable(item):
+                    pending.append(item)
+            for callback in pending:
+                callback()
 
     def stop(self) -> None:
         deadline = time.monotonic() + WRITER_STOP_TIMEOUT_S
@@ -219,7 +252,7 @@ class ChatDriver(LinuxDriver):
 
     # Textual's start_application_mode builds a plain WriterThread; this property puts a
     # BoundedWriter in its place before it is started.
-    @property  # type: ignore[override]
+    @property
     def _writer_thread(self) -> WriterThread | None:
         return self._writer
 
@@ -228,6 +261,18 @@ class ChatDriver(LinuxDriver):
         if writer is not None and not isinstance(writer, BoundedWriter):
             writer = BoundedWriter(writer._file)
         self._writer = writer
+
+    def when_drawn(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once the output written so far has reached the terminal,
+        on the output thread (keep it short: start a thread for long work).
+
+        The output thread needs the GIL to write: work started on another thread as
+        soon as a frame was composed held that frame back by 75 ms (issue 16)."""
+        writer = self._writer
+        if isinstance(writer, BoundedWriter):
+            writer.call_after_output(callback)
+        else:
+            callback()
 
     def start_application_mode(self) -> None:
         note("screen", "1")

@@ -8,9 +8,12 @@ messages: the paint timer drains the reply's buffer (:meth:`ChatSession.drain`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
-from tui_chat.session.events import SessionEvent
+if TYPE_CHECKING:
+    from tui_chat.session.events import SessionEvent
 
 
 class SessionUpdate(Message, bubble=False):

@@ -38,23 +38,13 @@ from tui_chat.engine.modelfile import (
     list_model_files,
     total_memory_bytes,
 )
+from tui_chat.engines import EngineFactory
 from tui_chat.paths import default_model_path, project_models_dir
 from tui_chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from tui_chat.engine.remote import RemoteModel
     from tui_chat.ui.app import ChatApp
-
-EngineFactory = Callable[[Config], Engine]
-"""Builds an engine for a config without loading it (checks the model file);
-:func:`tui_chat.cli.make_engine` in the app, a fake in tests."""
-
-
-def default_engine_factory(config: Config) -> Engine:
-    """:func:`tui_chat.cli.make_engine` (imported when first used)."""
-    from tui_chat.cli import make_engine
-
-    return make_engine(config)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ A live reply draws only the lines that changed: see
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -13,7 +15,6 @@ from textual.widgets import Static
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.sanitize import sanitize
-from tui_chat.ui.markdown_view import MarkdownView, StreamingMarkdown
 
 INTERRUPTED_NOTE = "⏹ interrupted"
 EMPTY_NOTE = "∅ empty reply"
@@ -57,6 +58,16 @@ class UserTurn(Static):
         self.border_title = role_label(QUEUED_LABEL if value else USER_LABEL)
 
 
+def markdown() -> ModuleType:
+    """:mod:`tui_chat.ui.markdown_view`, imported when the first reply is drawn: with
+    the parser and renderer behind it (markdown-it-py, Rich's Markdown, Pygments) it
+    costs 45 ms that the first frame does not need (issue 16). The app imports it on a
+    thread of its own once the first frame is drawn (``ChatApp._start_engine``)."""
+    from tui_chat.ui import markdown_view
+
+    return markdown_view
+
+
 def note_for(message: ChatMessage) -> str | None:
     """The line under a saved reply: "interrupted" when the user stopped it."""
     return INTERRUPTED_NOTE if message.get("interrupted") else None
@@ -83,7 +94,7 @@ class AssistantTurn(Vertical):
             self.border_title = role_label(label)
         self.final_text = final_text
         self._note = note
-        self._reply = StreamingMarkdown(classes="live") if final_text is None else None
+        self._reply = markdown().StreamingMarkdown(classes="live") if final_text is None else None
 
     @property
     def source(self) -> str:
@@ -96,7 +107,7 @@ class AssistantTurn(Vertical):
         if self._reply is not None:
             yield self._reply
             return
-        yield MarkdownView(self.final_text or "", classes="final")
+        yield markdown().MarkdownView(self.final_text or "", classes="final")
         if self._note:
             yield Static(self._note, markup=False, classes="note")
 
