@@ -19,7 +19,7 @@ from typing import Any
 from bench.content import long_prompt
 from bench.fake_runs import SIZE, finished, send
 from bench.probe import LagProbe, instrumented, median, p, post_key, wait_until
-from tui_chat.config import Config
+from tui_chat.config import Config, default_threads
 from tui_chat.engine.base import ChatMessage, SamplingParams
 from tui_chat.engine.llama import LlamaEngine
 from tui_chat.tracing.recorder import Tracer
@@ -312,7 +312,7 @@ async def turn2(app: ChatApp, pilot: Any, n: int) -> dict[str, float]:
 
 async def real_group(model_path: Path, rounds: int, n_cancel: int) -> dict[str, float]:
     """All real-model figures, one app, one model load."""
-    engine = LlamaEngine(model_path)
+    engine = LlamaEngine(model_path, n_threads=default_threads())  # as tui-chat runs it
     tracer = Tracer(keep=True)
     config = Config(model=model_path)
     if "history" in Config.__dataclass_fields__:

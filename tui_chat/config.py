@@ -31,7 +31,6 @@ import difflib
 import json
 import math
 import os
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,37 @@ from tui_chat.engine.templates import template_names
 from tui_chat.paths import default_config_path
 
 
+def default_threads() -> int:
+    """Decode threads when ``threads`` is not set: the physical cores this process may
+    run on (its CPU affinity, which containers and ``taskset`` narrow), as llama.cpp's
+    own tools default to. Hyper-threads are not counted: two decode threads on one
+    core's two hyper-threads are slower than one (llama.cpp ``cpu_get_num_math``).
+
+    llama-cpp-python's own default is half the logical CPUs: one thread on a 2-core
+    machine, 63 % of the machine's decode speed with SmolLM2 (issue 16). More threads
+    do not cost the frames: ``make bench``'s group ``native`` measures decode, loop lag
+    and key echo at every thread count (README, "Benchmark").
+    """
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    n_logical = len(allowed) if allowed else (os.cpu_count() or 1)
+    cores: set[tuple[str, str]] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu, physical = None, "0"
+            for line in f:
+                name, _, value = line.partition(":")
+                name, value = name.strip(), value.strip()
+                if name == "processor":
+                    cpu, physical = int(value), "0"
+                elif name == "physical id":
+                    physical = value
+                elif name == "core id" and (allowed is None or cpu in allowed):
+                    cores.add((physical, value))
+    except (OSError, ValueError):
+        cores = set()
+    return max(1, min(len(cores), n_logical) if cores else n_logical)
+
+
 @dataclass
 class Config:
     """Everything the app and the engine need to start.
@@ -50,7 +80,7 @@ class Config:
         model: GGUF path; None means the bundled default model.
         n_ctx: context window in tokens.
         n_gpu_layers: layers offloaded to the GPU; -1 = all (CUDA build).
-        threads: CPU threads for decode; None = llama-cpp-python's default.
+        threads: CPU threads for decode; None = :func:`default_threads`.
         n_batch: prompt tokens per batch (also the prefill cancel granularity).
         chat_format: chat template override, or None for automatic.
         system_prompt: optional system message.
@@ -315,7 +345,7 @@ KEYS: dict[str, Key] = {
         Key("n_gpu_layers", _int_in(-1, 100_000, "; -1 = all"),
             "layers offloaded to the GPU, -1 = all (CUDA build)", "--n-gpu-layers",
             from_text=_number_text),
-        Key("threads", _int_in(1, 1024), "CPU threads for decoding (default: half the cores)",
+        Key("threads", _int_in(1, 1024), "CPU threads for decoding (default: the physical cores)",
             "--threads", from_text=_number_text),
         Key("n_batch", _int_in(1, 1 << 20, " (tokens)"), "prompt tokens per batch",
             "--n-batch", from_text=_number_text),
@@ -405,6 +435,8 @@ def read_config_file(path: Path, *, must_exist: bool) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"the config file {path} is not UTF-8 text (byte {exc.start})") from None
+    import tomllib  # only when there is a file: 3 ms before the first frame (issue 16)
+
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

