@@ -52,7 +52,9 @@ BARE_LOAD = """
 import sys, time
 t0 = time.perf_counter()
 import llama_cpp
-llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=4096, n_batch=256, verbose=False)
+llm = llama_cpp.Llama(
+    model_path=sys.argv[1], n_ctx=4096, n_batch=256, flash_attn=True, verbose=False
+)
 print((time.perf_counter() - t0) * 1000)
 """
 
