@@ -128,7 +128,7 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         if not model.exists():
             raise RuntimeError(f"the bundled model is not at {model}: run 'make models'")
         return await real_runs.real_group(
-            model, rounds=1 if quick else 3, n_cancel=4 if quick else 10
+            model, rounds=1 if quick else 5, n_cancel=4 if quick else 10
         )
     if group == "remote":
         from bench import remote_runs
