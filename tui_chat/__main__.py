@@ -1,5 +1,5 @@
 """``python -m tui_chat`` runs the ``tui-chat`` command (under its supervising parent)."""
 
-from tui_chat.launch import main
+from tui_chat.cli import run
 
-main()
+run()

@@ -21,7 +21,7 @@ on. Two consequences (issue 16):
 
 Standard library only, and no import of llama_cpp: ``scripts/llama_build.py`` runs
 this with the system Python before the venv exists, and the supervising parent
-(:mod:`tui_chat.launch`) reads the stamp after a crash.
+(:mod:`tui_chat.supervisor`) reads the stamp after a crash.
 """
 
 from __future__ import annotations

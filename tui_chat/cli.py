@@ -27,7 +27,6 @@ from tui_chat.config import (
 from tui_chat.engine.base import Engine, EngineError, SamplingParams
 from tui_chat.engine.stream import TraceFn
 from tui_chat.engines import make_engine
-from tui_chat.launch import note
 from tui_chat.output import ArgumentParser, UsageError, say, silence_output
 from tui_chat.paths import (
     default_config_path,
@@ -35,6 +34,7 @@ from tui_chat.paths import (
     native_log_path,
 )
 from tui_chat.sanitize import sanitize
+from tui_chat.supervisor import note, supervise
 
 if TYPE_CHECKING:
     from tui_chat.ui.app import ChatApp
@@ -316,7 +316,7 @@ def run_tui(config: Config, engine: Engine, trace: TraceFn | None = None) -> int
 
     history = history_path() if config.history else None
     if history is not None:
-        note("history", str(history))  # for the supervising parent (tui_chat.launch)
+        note("history", str(history))  # for the supervising parent (tui_chat.supervisor)
     return run_app(make_app(config, engine, trace, history, handle_signals=True))
 
 
@@ -369,6 +369,13 @@ def run_app(app: ChatApp) -> int:
         finally:
             os._exit(code)
     return code
+
+
+def run() -> None:
+    """Entry point of the ``tui-chat`` command: :func:`main` under the supervising
+    parent (:mod:`tui_chat.supervisor`), which puts the terminal back if native code
+    ends the app with a signal."""
+    sys.exit(supervise(main))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -428,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if prompt is None and not sys.stdout.isatty():
         say("stdout is not a terminal; use -p PROMPT for plain-text output")
         return 2
-    # For the supervising parent, should the app die of a signal (tui_chat.launch).
+    # For the supervising parent, should the app die of a signal (tui_chat.supervisor).
     if config.api_base is None and replay_path is None:
         note("log", str(native_log_path()))
     tracer = None

@@ -898,7 +898,7 @@ _RECOVER_PARTIAL = "UPDATE messages SET interrupted = 1, partial = 0 WHERE parti
 def recover_partial_file(path: str | Path) -> int:
     """:meth:`Store.recover_partial` on the file at ``path``, without the schema
     checks of opening a :class:`Store`: the supervising parent runs it after the app
-    died of a signal (:mod:`tui_chat.launch`). Waits at most BUSY_TIMEOUT_S for a lock.
+    died of a signal (:mod:`tui_chat.supervisor`). Waits at most BUSY_TIMEOUT_S for a lock.
 
     Raises:
         sqlite3.Error: the file is not a history database, or stays locked.

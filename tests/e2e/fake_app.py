@@ -25,8 +25,8 @@ import sys
 
 from tui_chat.cli import parse_config, run_tui
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.launch import supervise
 from tui_chat.output import UsageError
+from tui_chat.supervisor import supervise
 
 # Each entry is one token piece (bytes as llama.cpp's token-to-piece gives them).
 C22_PIECES: list[bytes] = [
@@ -96,5 +96,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Under the supervising parent, as the tui-chat command runs (tui_chat.launch).
+    # Under the supervising parent, as the tui-chat command runs (tui_chat.supervisor).
     raise SystemExit(supervise(lambda: main(sys.argv[1:])))

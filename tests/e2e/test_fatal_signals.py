@@ -1,7 +1,7 @@
 """A fatal signal from native code leaves a usable terminal and a saved chat; leaving
 never waits without a bound (issue 16).
 
-The app runs in a pty under its supervising parent (:mod:`tui_chat.launch`), as the
+The app runs in a pty under its supervising parent (:mod:`tui_chat.supervisor`), as the
 ``tui-chat`` command runs it. The signals are real ones, sent to the app's own process
 while a reply streams, as a crash in ggml would raise them (SIGILL: an instruction this
 CPU lacks; SIGSEGV; SIGBUS: the mmapped model file shrank; SIGFPE; SIGABRT: a failed

@@ -35,7 +35,7 @@ from textual.drivers._writer_thread import WriterThread
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
-from tui_chat.launch import note
+from tui_chat.supervisor import note
 from tui_chat.ui.clipboard import Multiplexer, detect_multiplexer, wrap_osc52
 
 PASTE_START = "\x1b[200~"
@@ -238,7 +238,7 @@ class ChatDriver(LinuxDriver):
     Leaving (issue 16): output goes through :class:`BoundedWriter`; a SIGCONT resumes
     application mode only after this driver suspended it (the kernel sends SIGCONT
     after a hang-up, and Textual then started a second output and input thread over
-    the first); and the supervising parent (:mod:`tui_chat.launch`) is told while the
+    the first); and the supervising parent (:mod:`tui_chat.supervisor`) is told while the
     app holds the screen, so it can put the terminal back if the process dies of a
     signal.
     """

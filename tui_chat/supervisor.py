@@ -1,11 +1,12 @@
-"""The ``tui-chat`` command: a small supervising parent, and the app in a forked child.
+"""The supervising parent of the ``tui-chat`` command, and the app in a forked child.
 
 Why a parent: native code (ggml, a CUDA driver, a ``GGML_ASSERT``, a model file that
 changes under its mmap) can end the process with a fatal signal (SIGILL, SIGSEGV,
 SIGBUS, SIGFPE, SIGABRT), and no Python code runs after that in the process that got
 it. The TUI would leave the terminal in the alternate screen with mouse reporting on
-and say nothing (issue 16). The parent imports neither Textual nor llama.cpp; it forks
-before anything else is imported (about 1 ms, no second interpreter start) and waits.
+and say nothing (issue 16). The parent imports neither Textual nor llama.cpp (only the
+command line module, whose imports the app needs anyway); it forks (about 1 ms, no
+second interpreter start) and waits.
 When the child dies of a signal, the parent:
 
 - puts the terminal back: the modes the app set (alternate screen, mouse, bracketed
@@ -30,7 +31,8 @@ The child tells the parent what it needs through a page of shared memory
 (:func:`note`): whether the app holds the screen, the log and history paths.
 
 ``TUI_CHAT_SUPERVISOR=0`` in the environment runs the app in this process instead
-(for debuggers and profilers).
+(for debuggers and profilers). A leaf module: the child side (:func:`note`) is used by
+the CLI and the terminal driver, and :func:`tui_chat.cli.run` is the entry point.
 """
 
 from __future__ import annotations
@@ -330,14 +332,3 @@ def _say(text: str) -> None:
         os.write(2, (text + "\n").encode("utf-8", "replace"))
     except OSError:
         pass
-
-
-def main() -> None:
-    """Entry point of the ``tui-chat`` console script."""
-
-    def run() -> int:
-        from tui_chat.cli import main as cli_main
-
-        return cli_main()
-
-    sys.exit(supervise(run))
