@@ -32,7 +32,7 @@ from bench.probe import instrumented, median, post_key, wait_until
 from tests.helpers import screen_text
 from tests.history_data import RARE_WORD, build_history
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 from tui_chat.ui.screens.conversations import ConversationsScreen
 from tui_chat.ui.widgets.conversation import ConversationView
 from tui_chat.ui.widgets.turns import AssistantTurn

@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 
 WORDS = (
     "apple river stone cloud music paper garden window silver engine yellow bridge "

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 
 from rich.console import Console
 
-from tui_chat.ui.markdown_blocks import BlockStream, Limits
-from tui_chat.ui.markdown_render import Line, StreamPainter, markdown_lines
+from tui_chat.markdown.blocks import BlockStream, Limits
+from tui_chat.markdown.render import Line, StreamPainter, markdown_lines
 
 CONSOLE = Console(width=200, force_terminal=True, color_system="truecolor", legacy_windows=False)
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import SIZE, finished, ready, send
 from tests.test_session import Locker, rows
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.history.store import Store
 from tui_chat.session import Notice, ReplyFinished, SessionEvent
-from tui_chat.store import Store
 from tui_chat.ui.app import make_app
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.widgets.composer import Composer

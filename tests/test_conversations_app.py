@@ -13,12 +13,12 @@ import pytest
 from textual.events import Key
 from textual.pilot import Pilot
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import finished, ready, send
 from tests.test_session import Locker
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.screens.conversations import ConversationsScreen
 from tui_chat.ui.widgets.composer import Composer

@@ -30,10 +30,10 @@ HEADLESS_MODULES = [
     "tui_chat.engine.sse",
     "tui_chat.engine.snapshot",
     "tui_chat.engine.splice",
-    "tui_chat.kvcache",
+    "tui_chat.history.kvcache",
     "tui_chat.session",
-    "tui_chat.store",
-    "tui_chat.storage",
+    "tui_chat.history.store",
+    "tui_chat.history.storage",
     "tui_chat.tracing.recorder",
     "tui_chat.tracing.reader",
     "tui_chat.tracing.report",
@@ -42,8 +42,8 @@ HEADLESS_MODULES = [
     "tui_chat.sanitize",
     "tui_chat.output",
     "tui_chat.headless",
-    "tui_chat.export",
-    "tui_chat.history_cli",
+    "tui_chat.history.export",
+    "tui_chat.history.cli",
 ]
 
 
@@ -71,7 +71,7 @@ ENGINE_MODULES = [
 @pytest.mark.parametrize("module", ENGINE_MODULES)
 def test_engine_module_imports_nothing_from_the_app(module: str) -> None:
     """An engine module needs only the engine package (and its libraries): no UI, no
-    session, store, paths or KV snapshot cache (``tui_chat.kvcache`` uses the engine,
+    session, store, paths or KV snapshot cache (``tui_chat.history.kvcache`` uses the engine,
     never the other way round)."""
     code = (
         NO_HTTPX_CLI + "import importlib, sys\n"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import ready
 from tui_chat.cli import UsageError, main, parse_config
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.headless import EXIT_BROKEN_PIPE
+from tui_chat.history.store import Store
 from tui_chat.paths import history_path
-from tui_chat.store import Store
 from tui_chat.ui.app import make_app
 
 HOSTILE = "look \x1b]0;TITLE\x07 here\x9b2J \u202eevil\nsecond line"
@@ -107,7 +107,7 @@ def test_list_to_a_closed_pipe_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None
             raise BrokenPipeError
 
     monkeypatch.setattr("sys.stdout", Closed())
-    monkeypatch.setattr("tui_chat.history_cli.silence_output", lambda *fds: None)
+    monkeypatch.setattr("tui_chat.history.cli.silence_output", lambda *fds: None)
     assert main(["list"]) == EXIT_BROKEN_PIPE
 
 

@@ -16,7 +16,7 @@ import pytest
 from tui_chat.cli import main
 from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.snapshot import SnapshotInfo, SnapshotRejected, snapshot_files
-from tui_chat.kvcache import DIGESTS_FILE, SnapshotCache
+from tui_chat.history.kvcache import DIGESTS_FILE, SnapshotCache
 from tui_chat.paths import default_config_path, kv_cache_dir
 
 MB = 1024 * 1024

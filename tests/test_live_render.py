@@ -13,16 +13,16 @@ from rich.segment import Segment
 from textual._styles_cache import StylesCache
 from textual.geometry import Size
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text
 from tests.stream_check import cells
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import finished, ready, send
 from tests.test_markdown_stream import C35_REPLY
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.markdown.blocks import DEFAULT_LIMITS
+from tui_chat.markdown.render import markdown_lines
 from tui_chat.sanitize import sanitize
 from tui_chat.ui.app import MAX_MOUNTED_TURNS, ChatApp, make_app
-from tui_chat.ui.markdown_blocks import DEFAULT_LIMITS
-from tui_chat.ui.markdown_render import markdown_lines
 from tui_chat.ui.markdown_view import MarkdownView, StreamingMarkdown
 
 SIZE = (100, 40)

@@ -13,7 +13,7 @@ import pytest
 
 from tests import commonmark_spec
 from tests.stream_check import split_random, stream_and_check
-from tui_chat.ui.markdown_blocks import Limits
+from tui_chat.markdown.blocks import Limits
 
 pytestmark = pytest.mark.skipif(
     not commonmark_spec.SPEC_PATH.exists(),

@@ -20,8 +20,8 @@ from tests.stream_check import (
     split_random,
     stream_and_check,
 )
-from tui_chat.ui.markdown_blocks import DEFAULT_LIMITS, Limits, inline_cuts
-from tui_chat.ui.markdown_render import _highlighted, markdown_lines
+from tui_chat.markdown.blocks import DEFAULT_LIMITS, Limits, inline_cuts
+from tui_chat.markdown.render import _highlighted, markdown_lines
 
 WIDTHS = (40, 80, 120)
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from textual import events
 from textual.pilot import Pilot
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_segments, screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import finished, ready
 from tui_chat.engine.base import LoadProgressFn, ModelInfo
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.markdown_view import MarkdownView
 from tui_chat.ui.widgets.chat_view import ChatView

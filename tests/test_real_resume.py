@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GEMMA_PATH, SMOLLM2_PATH, need_model
+from tests.support import GEMMA_PATH, SMOLLM2_PATH, need_model
 from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
@@ -34,7 +34,7 @@ from tui_chat.engine.snapshot import (
     write_header,
 )
 from tui_chat.engine.stream import StreamResult, StreamStats, run_stream
-from tui_chat.kvcache import SnapshotCache
+from tui_chat.history.kvcache import SnapshotCache
 
 pytestmark = pytest.mark.real
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMOLLM2_PATH, fake_config, need_model, wait_for
+from tests.support import SMOLLM2_PATH, fake_config, need_model, wait_for
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.llama import LlamaEngine
+from tui_chat.history.store import Store
 from tui_chat.session import (
     HistoryOpened,
     ModelLoaded,
@@ -31,7 +32,6 @@ from tui_chat.session import (
     SnapshotRestored,
     SnapshotSaved,
 )
-from tui_chat.store import Store
 from tui_chat.ui.app import make_app
 from tui_chat.ui.messages import SessionUpdate
 

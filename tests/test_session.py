@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for_sync
+from tests.support import wait_for_sync
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.history.store import Store
 from tui_chat.session import (
     ChatSession,
     ModelLoaded,
@@ -25,7 +26,6 @@ from tui_chat.session import (
     SessionEvent,
     prompt_messages,
 )
-from tui_chat.store import Store
 
 PARAMS = SamplingParams(max_tokens=100_000)
 

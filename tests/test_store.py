@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_segments, screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import C22_PIECES, finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import HistoryError, Store, open_store
+from tui_chat.history.store import HistoryError, Store, open_store
 from tui_chat.ui.app import make_app
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tui_chat import store as store_module
-from tui_chat.store import SCHEMA_VERSION, Store, StoredVersion, fts_query
+from tui_chat.history import store as store_module
+from tui_chat.history.store import SCHEMA_VERSION, Store, StoredVersion, fts_query
 
 # The files earlier versions of tui-chat wrote, as their code created them.
 SCHEMA_1 = """

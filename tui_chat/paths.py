@@ -33,7 +33,7 @@ def history_path() -> Path:
 
 def kv_cache_dir() -> Path:
     """Where KV snapshots are kept (``$XDG_CACHE_HOME/tui-chat/kv`` on Linux); see
-    :mod:`tui_chat.kvcache`."""
+    :mod:`tui_chat.history.kvcache`."""
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / "kv"
 
 

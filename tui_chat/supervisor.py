@@ -273,7 +273,7 @@ def _recover_history(path: str | None) -> int | None:
     if not path:
         return None
     try:
-        from tui_chat.store import recover_partial_file
+        from tui_chat.history.store import recover_partial_file
 
         return recover_partial_file(path)
     except Exception:  # the next start recovers it instead

@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GEMMA_PATH, fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
 from tests.remote.llama_server import LlamaServer
+from tests.support import GEMMA_PATH, fake_config, wait_for
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.remote import RemoteEngine, list_models
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 from tui_chat.ui.app import ChatApp, make_app
 
 pytestmark = pytest.mark.real

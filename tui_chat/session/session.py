@@ -1,7 +1,7 @@
 """ChatSession: the conversation, its reply queue and states, and saving, with no UI.
 
 One session owns one engine. Its engine thread loads the model, then answers the
-queued user messages one at a time; a storage thread (:mod:`tui_chat.storage`) saves
+queued user messages one at a time; a storage thread (:mod:`tui_chat.history.storage`) saves
 every message. The caller (the Textual app, or headless mode) only calls the quick,
 non-blocking methods below and reacts to the events the session reports
 (:mod:`tui_chat.session.events`). Neither Textual nor Rich is imported here.
@@ -70,7 +70,9 @@ from tui_chat.engine.stream import (
     TraceFn,
     run_stream,
 )
-from tui_chat.kvcache import SnapshotCache
+from tui_chat.history.kvcache import SnapshotCache
+from tui_chat.history.storage import StorageNotice, StorageThread
+from tui_chat.history.store import LoadedConversation, Store, StoredVersion
 from tui_chat.session.events import (
     FirstText,
     HistoryOpened,
@@ -90,8 +92,6 @@ from tui_chat.session.events import (
     VersionShown,
 )
 from tui_chat.session.snapshots import SessionSnapshots
-from tui_chat.storage import StorageNotice, StorageThread
-from tui_chat.store import LoadedConversation, Store, StoredVersion
 
 SAVE_EVERY_S = 1.0
 """A streaming reply is saved at least this often (seconds)."""

@@ -1,7 +1,7 @@
 """The session's side of KV snapshots (issue 13): restore when a chat opens, save after
 a reply, and say so in events.
 
-:class:`SessionSnapshots` wraps a :class:`~tui_chat.kvcache.SnapshotCache` for one
+:class:`SessionSnapshots` wraps a :class:`~tui_chat.history.kvcache.SnapshotCache` for one
 :class:`~tui_chat.session.ChatSession`. Its :meth:`~SessionSnapshots.restore` and
 :meth:`~SessionSnapshots.save` run on the session's engine thread (they call the engine
 and do disk I/O); nothing here ever raises into the session: a snapshot that cannot be
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from tui_chat.engine.base import ChatMessage, Engine
-from tui_chat.kvcache import NO_SNAPSHOT, SnapshotCache, SnapshotEngine
+from tui_chat.history.kvcache import NO_SNAPSHOT, SnapshotCache, SnapshotEngine
 from tui_chat.session.events import Listener, Notice, SnapshotRestored, SnapshotSaved
 
 

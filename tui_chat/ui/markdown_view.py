@@ -11,8 +11,8 @@ drawn on screen: a ``Strip`` holds seven caches of its own, and with a line of 1
 (13 000 lines) they made every full garbage collection take 75 ms (case C36).
 
 :class:`StreamingMarkdown` is a live reply: appended text goes through a
-:class:`~tui_chat.ui.markdown_blocks.BlockStream` (which blocks are final) and a
-:class:`~tui_chat.ui.markdown_render.StreamPainter` (which lines changed), so a paint
+:class:`~tui_chat.markdown.blocks.BlockStream` (which blocks are final) and a
+:class:`~tui_chat.markdown.render.StreamPainter` (which lines changed), so a paint
 draws only the live blocks and the new part of a block that grows without end, and
 the reply stays one widget however long it grows (a widget per block made each layout
 slower as the reply grew: issue 3's long-reply paint ratio). At every paint its lines
@@ -36,9 +36,9 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
+from tui_chat.markdown.blocks import DEFAULT_LIMITS, BlockStream, Limits, parser
+from tui_chat.markdown.render import Line, PaintUpdate, StreamPainter, markdown_lines
 from tui_chat.sanitize import sanitize
-from tui_chat.ui.markdown_blocks import DEFAULT_LIMITS, BlockStream, Limits, parser
-from tui_chat.ui.markdown_render import Line, PaintUpdate, StreamPainter, markdown_lines
 
 _STRIPS_KEPT = 512
 """Strips kept per widget (lines on screen are asked for at every frame)."""
@@ -50,7 +50,7 @@ class MarkdownView(Widget):
     Args:
         text: Markdown source (sanitized before rendering).
         limits: sizes of the renderer's pieces (see
-            :class:`~tui_chat.ui.markdown_blocks.Limits`).
+            :class:`~tui_chat.markdown.blocks.Limits`).
         classes: CSS classes.
     """
 
@@ -177,7 +177,7 @@ class StreamingMarkdown(MarkdownView):
 
     Args:
         limits: sizes that bound the work of a paint (see
-            :class:`~tui_chat.ui.markdown_blocks.Limits`).
+            :class:`~tui_chat.markdown.blocks.Limits`).
         classes: CSS classes.
 
     A paint draws the live blocks again and the new part of a block that grows without
@@ -312,7 +312,7 @@ def highlight_span(line: Strip, start: int, end: int, style: Style) -> Strip:
 def code_blocks(text: str) -> list[str]:
     """The code blocks of Markdown ``text`` (fenced or indented), in order, each as
     its source lines (tabs kept), found by the parser the replies are drawn with
-    (:func:`tui_chat.ui.markdown_blocks.parser`)."""
+    (:func:`tui_chat.markdown.blocks.parser`)."""
     tokens = parser(DEFAULT_LIMITS).parse(text)
     return [t.content for t in tokens if t.type in ("fence", "code_block")]
 

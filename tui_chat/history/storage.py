@@ -1,6 +1,6 @@
 """The storage thread: every SQLite call of the app runs here, never on the event loop.
 
-Callers hand over a function of the :class:`~tui_chat.store.Store` with
+Callers hand over a function of the :class:`~tui_chat.history.store.Store` with
 :meth:`StorageThread.submit`, which never waits, and get a
 :class:`concurrent.futures.Future`. Calls run one at a time, in the order given.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from tui_chat.store import HistoryLocked, OpenedStore, Store, is_locked, open_store
+from tui_chat.history.store import HistoryLocked, OpenedStore, Store, is_locked, open_store
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ class StorageThread:
         path: the SQLite history file.
         notify: receives :class:`StorageNotice` lines, on the storage thread.
         opener: opens the store (tests inject failures); default
-            :func:`tui_chat.store.open_store`.
+            :func:`tui_chat.history.store.open_store`.
     """
 
     def __init__(

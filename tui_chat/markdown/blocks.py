@@ -1,7 +1,7 @@
 """Markdown block structure for a reply that grows: what may freeze, what is rendered again.
 
 No Textual and no Rich in here: markdown-it-py only (the parser Rich's Markdown uses).
-:mod:`tui_chat.ui.markdown_render` turns what this module produces into terminal lines.
+:mod:`tui_chat.markdown.render` turns what this module produces into terminal lines.
 
 A reply is parsed the way a one-shot render parses it (:func:`parser`), and split into
 its top-level blocks (each top-level token carries ``.map``, its source lines). A

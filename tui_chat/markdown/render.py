@@ -4,7 +4,7 @@ No Textual in here. Lines are lists of Rich :class:`~rich.segment.Segment`, crop
 padded to the width.
 
 :func:`markdown_lines` draws a text in one go (a finished reply). :class:`StreamPainter`
-draws a :class:`~tui_chat.ui.markdown_blocks.BlockStream` as it grows and says which
+draws a :class:`~tui_chat.markdown.blocks.BlockStream` as it grows and says which
 lines changed; at every step its lines are those :func:`markdown_lines` draws for the
 text so far (the tests check this on the CommonMark spec, issue 9).
 
@@ -43,7 +43,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from tui_chat.ui.markdown_blocks import (
+from tui_chat.markdown.blocks import (
     DEFAULT_LIMITS,
     Block,
     BlockStream,
@@ -364,7 +364,7 @@ class _Literal(TextElement):
 
 
 class _Doc(Markdown):
-    """Rich's Markdown drawing tokens of :func:`~tui_chat.ui.markdown_blocks.parser`."""
+    """Rich's Markdown drawing tokens of :func:`~tui_chat.markdown.blocks.parser`."""
 
     elements: ClassVar[dict[str, type[MarkdownElement]]] = {
         **Markdown.elements,

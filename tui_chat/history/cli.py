@@ -3,7 +3,7 @@
 No event loop here, so the history is read on the calling thread (the TUI reads it only
 on its storage thread). Every line written may quote saved text: it goes through
 :func:`~tui_chat.sanitize.sanitize` (the JSON export escapes instead, see
-:mod:`tui_chat.export`).
+:mod:`tui_chat.history.export`).
 
 Exit status: 0 success; 1 no such conversation, or the history cannot be read or the
 file written; 2 bad arguments; 141 stdout's reader went away (``| head``), quietly.
@@ -18,12 +18,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from tui_chat.export import FORMATS, ExportError, export_conversation, format_for, write_export
-from tui_chat.headless import EXIT_BROKEN_PIPE
-from tui_chat.output import say, silence_output
+from tui_chat.history.export import (
+    FORMATS,
+    ExportError,
+    export_conversation,
+    format_for,
+    write_export,
+)
+from tui_chat.history.store import HistoryError, HistoryLocked, Store, one_line
+from tui_chat.output import EXIT_BROKEN_PIPE, say, silence_output
 from tui_chat.paths import history_path
 from tui_chat.sanitize import sanitize
-from tui_chat.store import HistoryError, HistoryLocked, Store, one_line
 
 T = TypeVar("T")
 

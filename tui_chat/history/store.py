@@ -1,7 +1,7 @@
 """Chat history in SQLite (stdlib ``sqlite3``), one file under the user's data directory.
 
 A :class:`Store` is used by one thread only: the storage thread of
-:mod:`tui_chat.storage`, so that no SQLite call ever runs on the UI event loop.
+:mod:`tui_chat.history.storage`, so that no SQLite call ever runs on the UI event loop.
 
 Messages are stored raw, exactly as the model wrote them (escape sequences included):
 what is made safe is the painting, never the record (replay case C22).

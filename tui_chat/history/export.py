@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from tui_chat.history.store import ConversationSummary, LoadedConversation, Store, one_line
 from tui_chat.sanitize import sanitize
-from tui_chat.store import ConversationSummary, LoadedConversation, Store, one_line
 
 ExportFormat = Literal["md", "json"]
 FORMATS: tuple[ExportFormat, ...] = ("md", "json")
