@@ -12,15 +12,16 @@ import pytest
 from textual import events
 from textual.binding import Binding
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import finished, ready
 from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.store import Store
-from tui_chat.ui.app import ChatApp, make_app
-from tui_chat.ui.conversation_keys import ConversationKeys
-from tui_chat.ui.screens.help import KEYS, HelpScreen
+from tui_chat.history.store import Store
+from tui_chat.ui.app import ChatApp, ChatScreen, make_app
+from tui_chat.ui.keys import SECTIONS
+from tui_chat.ui.keys import rows as key_rows
+from tui_chat.ui.screens.help import HelpScreen
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.turns import UserTurn
@@ -202,18 +203,21 @@ async def test_question_mark_shows_the_keys_only_in_an_empty_composer() -> None:
         assert not isinstance(app.screen, HelpScreen)
 
 
-def key_name(key: str) -> str:
-    """A Textual key as the help writes it: ``ctrl+home`` -> ``Ctrl+Home``."""
-    names = {"pageup": "PageUp", "pagedown": "PageDown", "escape": "Esc"}
-    return "+".join(names.get(part, part.capitalize()) for part in key.split("+"))
-
-
-def test_the_help_names_every_key_of_the_app() -> None:
-    written = " ".join(f"{key} {what}" for _section, rows in KEYS for key, what in rows)
-    for binding in [*ChatApp.BINDINGS, *ConversationKeys.BINDINGS]:
+def test_every_binding_comes_from_the_key_table_and_is_documented() -> None:
+    """Each binding of the app, the chat screen and the turn cursor is a row of
+    tui_chat/ui/keys.py, documented by its own row or the one above it in its section
+    (PageDown under PageUp), which F1 and the README show."""
+    from_table = {k.keys for k in key_rows() if k.action}
+    bindings = [*ChatApp.BINDINGS, *ChatScreen.BINDINGS, *ChatView.BINDINGS]
+    assert len(bindings) > 30
+    for binding in bindings:
         assert isinstance(binding, Binding)
-        for key in binding.key.split(","):
-            assert key_name(key) in written, f"{key} ({binding.description}) not in the help"
+        assert binding.key in from_table, f"{binding.key} is bound outside the key table"
+    for section in SECTIONS:
+        documented = False
+        for key in section.keys:
+            documented = documented or bool(key.shown)
+            assert documented or not key.action, f"{key.keys} has no row that documents it"
 
 
 async def test_f1_shows_the_keys_from_anywhere() -> None:

@@ -16,26 +16,26 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import RenderableType
 from textual import events
-from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
-from textual.command import Provider
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import BindingType
 from textual.driver import Driver
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from tui_chat.config import Config
+from tui_chat.config import ChatSettings, Config
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
 from tui_chat.engines import EngineFactory, make_engine
 from tui_chat.sanitize import sanitize
-from tui_chat.ui.commands import ChatCommands, PaletteCommand, chat_commands
+from tui_chat.ui import keys
 from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
 from tui_chat.ui.driver import ChatDriver
@@ -126,6 +126,10 @@ class ChatScreen(Screen[object]):
     only the key's frame early.
     """
 
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings("chat")
+    """The keys that act on the chat itself (:mod:`tui_chat.ui.keys`): not while another
+    screen (the saved conversations, a dialog) is on top."""
+
     echo_due = False
     """A key or paste arrived: draw its change at the next idle moment."""
 
@@ -154,28 +158,8 @@ class ChatApp(ConversationKeys):
 
     CSS_PATH = "app.tcss"
     TITLE = "tui-chat"
-    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = App.COMMANDS | {
-        ChatCommands
-    }
-    BINDINGS: ClassVar[list[BindingType]] = [
-        # Not a priority binding: a screen above (the command palette) gets Esc first.
-        Binding("escape", "stop_reply", "Stop"),
-        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
-        Binding("ctrl+l", "clear", "New chat"),
-        Binding("f2", "settings", "Settings"),
-        Binding("f3", "models", "Models"),
-        Binding("ctrl+z", "suspend_process", "Suspend", show=False),
-        # Not in the footer, which has no room left at 80 columns: the composer's
-        # placeholder and the empty chat name F1, and F1 lists the rest.
-        Binding("f1", "show_help", "Keys", show=False),
-        Binding("ctrl+y", "copy_reply", "Copy reply", show=False),
-        Binding("ctrl+up", "select_turn", "Select a turn", show=False),
-        Binding("pageup", "scroll_chat('page_up')", "Scroll up", show=False),
-        Binding("pagedown", "scroll_chat('page_down')", "Scroll down", show=False),
-        Binding("ctrl+home", "scroll_chat('home')", "Top of the chat", show=False),
-        Binding("ctrl+end", "scroll_chat('end')", "End of the chat", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings("app")
+    """The keys that act from any screen (:mod:`tui_chat.ui.keys`)."""
 
     def __init__(
         self,
@@ -218,7 +202,7 @@ class ChatApp(ConversationKeys):
         """
         with self._making_session:  # made on the output thread, or a key's
             if self._session is None:
-                from tui_chat.kvcache import SnapshotCache
+                from tui_chat.history.kvcache import SnapshotCache
                 from tui_chat.session.session import ChatSession
 
                 config = self.config
@@ -598,16 +582,47 @@ class ChatApp(ConversationKeys):
         await self._close_session()
 
     def action_settings(self) -> None:
-        """F2: this conversation's system prompt and sampling."""
-        from tui_chat.ui.screens.settings import open_settings  # not before the first frame
+        """F2: this conversation's system prompt and sampling; saved settings apply
+        from the next reply and are saved with the conversation."""
+        from tui_chat.ui.screens.settings import SettingsScreen  # not before the 1st frame
 
-        open_settings(self)
+        session = self.session
+
+        def saved(settings: ChatSettings | None) -> None:
+            if settings is None:
+                return
+            session.apply_settings(settings)
+            self.notify("Settings saved: the next reply uses them", timeout=3)
+
+        self.push_screen(SettingsScreen(session.settings(), session.default_settings), saved)
 
     def action_models(self) -> None:
-        """F3: pick another model (local GGUF files, or the server's models)."""
-        from tui_chat.ui.screens.models import open_model_picker  # not before the first frame
+        """F3: pick another model (local GGUF files, or the server's models); the pick
+        is handed to the session, which switches between replies."""
+        from tui_chat.ui.screens.models import (  # not before the first frame
+            ModelChoice,
+            ModelPickerScreen,
+            current_label,
+            engine_factory_for,
+        )
 
-        open_model_picker(self)
+        session = self.session
+        current = current_label(self.config, session.engine_label, session.model_info)
+
+        def picked(choice: ModelChoice | None) -> None:
+            if choice is None:
+                return
+            if choice.label == current and session.model_info is not None:
+                self.notify(f"{sanitize(choice.name)} is already in use", markup=False)
+                return
+            factory = engine_factory_for(self.config, choice, self.engine_factory)
+            session.switch_engine(factory, choice.name, choice.label)
+            if session.busy:
+                self.notify(
+                    f"{sanitize(choice.name)} loads when this reply ends", markup=False, timeout=4
+                )
+
+        self.push_screen(ModelPickerScreen(self.config, current), picked)
 
     async def action_clear(self) -> None:
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
@@ -673,9 +688,29 @@ class ChatApp(ConversationKeys):
         super().copy_to_clipboard(clip.text)
         self.notice(clip.notice)
 
-    def palette_commands(self) -> list[PaletteCommand]:
-        """The app's commands for the palette (:func:`tui_chat.ui.commands.chat_commands`)."""
-        return chat_commands(getattr(self.chat.copy_target(), "source", ""))
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette (Ctrl+P): every titled key of :mod:`tui_chat.ui.keys` that
+        can act now (its help says the key), the commands on the open chat, and "Copy
+        code block N" for each code block of the selected turn or the last reply.
+
+        Textual's own (Keys, Maximize, Screenshot, Theme) are left out: its key panel
+        could not be closed with Esc, Maximize hid the chat and Screenshot failed.
+        """
+        for key in keys.palette_keys():
+            name = key.action or ""
+            action = name.split("(", 1)[0]
+            if key.scope == "chat" and screen is not self.screen_stack[0]:
+                continue  # the chat's keys act on the chat screen only
+            if self.check_action(action, ()) is False:
+                continue
+            shown = f" ({key.shown})" if key.shown else ""
+            yield SystemCommand(key.title, key.help + shown, partial(self.run_action, name))
+        source = getattr(self.chat.copy_target(), "source", "")
+        for n, block in enumerate(markdown().code_blocks(source)[:20], 1):
+            first = sanitize(block.strip().splitlines()[0] if block.strip() else "")[:40]
+            yield SystemCommand(
+                f"Copy code block {n}", first or "(empty)", partial(self.action_copy_code, n)
+            )
 
 
 def make_app(

@@ -9,10 +9,9 @@ the session reports back (``ReplyStarted`` of a turn action, ``HistoryOpened``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from textual.app import App
-from textual.binding import Binding, BindingType
 
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.conversation import ConversationView
@@ -21,27 +20,10 @@ if TYPE_CHECKING:
     from tui_chat.session import ChatSession
     from tui_chat.ui.screens.conversations import Choice, ConversationsScreen
 
-_CHAT_ACTIONS = frozenset(
-    {"clear", "conversations", "regenerate", "edit_last", "continue_reply", "version"}
-)
-"""Actions on the chat itself: not while another screen (the saved conversations, a
-dialog) is on top, where Ctrl+R would act on a chat the user cannot see."""
-
 
 class ConversationKeys(App[int]):
-    """Saved conversations and turn actions: Ctrl+O, Ctrl+F, Ctrl+R, F6, Ctrl+G, F4/F5."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        # Priority: the screen opens as the key arrives, so keys typed right after it
-        # (in the same read from the terminal) go to it, not to the chat's input.
-        Binding("ctrl+o", "conversations", "Chats", priority=True),
-        Binding("ctrl+f", "conversations(True)", "Search chats", show=False, priority=True),
-        Binding("ctrl+r", "regenerate", "Regenerate", show=False),
-        Binding("f6", "edit_last", "Edit last", show=False),
-        Binding("ctrl+g", "continue_reply", "Continue", show=False),
-        Binding("f4", "version(-1)", "Previous version", show=False),
-        Binding("f5", "version(1)", "Next version", show=False),
-    ]
+    """Saved conversations and turn actions: Ctrl+O, Ctrl+F, Ctrl+R, F6, Ctrl+G, F4/F5
+    (their keys: :mod:`tui_chat.ui.keys`)."""
 
     editing = False
     """F6 put the last user message in the prompt: Enter sends it again as an edit."""
@@ -58,23 +40,27 @@ class ConversationKeys(App[int]):
         """The conversation's turns."""
         return self.query_one("#conversation", ConversationView)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The chat's own keys act on the chat screen only (see ``_CHAT_ACTIONS``)."""
-        if action in _CHAT_ACTIONS and len(self.screen_stack) > 1:
-            return False
-        return True
-
-    def action_conversations(self, search: bool = False) -> None:
-        """Ctrl+O: the saved conversations (Ctrl+F: with the cursor in the search)."""
+    def action_conversations(self, search: bool = False, then: str | None = None) -> None:
+        """Ctrl+O: the saved conversations (Ctrl+F: with the cursor in the search;
+        ``then``: run that action of the list on the open conversation, see
+        :meth:`action_on_open_chat`)."""
         if self.session.storage is None:
             self.notify("this chat is not saved (--no-history): nothing to browse", markup=False)
             return
         from tui_chat.ui.screens.conversations import ConversationsScreen  # after 1st frame
 
         screen = ConversationsScreen(
-            self.session.storage, self.session.conversation_id, self._deleting, search
+            self.session.storage, self.session.conversation_id, self._deleting, search, then
         )
         self.push_screen(screen, self._chosen)
+
+    def action_on_open_chat(self, action: str) -> None:
+        """The palette's "Rename / Export / Delete this chat": the saved conversations,
+        with the open one highlighted and its ``rename``, ``export`` or ``delete`` begun."""
+        if self.session.conversation_id is None:
+            self.notify("nothing is saved of this chat yet", markup=False)
+            return
+        self.action_conversations(then=action)
 
     def on_conversations_screen_deleted(self, event: ConversationsScreen.Deleted) -> None:
         """Its KV snapshot goes too: it holds the chat's text, and SQLite may give the

@@ -30,16 +30,16 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui_chat.export import (
+from tui_chat.history.export import (
     ExportError,
     default_file_name,
     export_conversation,
     format_for,
     write_export,
 )
+from tui_chat.history.storage import StorageThread
+from tui_chat.history.store import ConversationSummary, SearchHit, Store, one_line
 from tui_chat.sanitize import sanitize
-from tui_chat.storage import StorageThread
-from tui_chat.store import ConversationSummary, SearchHit, Store, one_line
 from tui_chat.ui.screens.dialogs import Confirm, TextPrompt
 
 PAGE_ROWS = 200
@@ -155,8 +155,12 @@ class ConversationsScreen(Screen[Choice | None]):
         current_id: int | None = None,
         on_deleted: Callable[[int], bool] | None = None,
         search: bool = False,
+        then: str | None = None,
     ) -> None:
         super().__init__()
+        self.then = then
+        """An action (``rename``, ``export``, ``delete``) to begin on the open
+        conversation once the list is on screen (the palette's "... this chat")."""
         self.storage = storage
         self.current_id = current_id
         self.on_deleted = on_deleted
@@ -192,6 +196,11 @@ class ConversationsScreen(Screen[Choice | None]):
     async def _first_load(self) -> None:
         self.has_fts = await self._run(lambda store: store.has_fts)
         await self._load_list()
+        if self.then is not None:
+            ids = [row.id for row in self.conversations]
+            if self.current_id in ids:
+                self.query_one("#rows", OptionList).highlighted = ids.index(self.current_id)
+                await self.run_action(self.then)
 
     async def _run(self, call: Callable[[Store], T]) -> T:
         """Run ``call`` on the storage thread; the event loop awaits, never blocks."""

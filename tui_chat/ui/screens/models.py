@@ -31,7 +31,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from tui_chat.config import Config
-from tui_chat.engine.base import Engine, EngineError
+from tui_chat.engine.base import Engine, EngineError, ModelInfo
 from tui_chat.engine.modelfile import (
     ModelFileInfo,
     describe_model_file,
@@ -44,7 +44,6 @@ from tui_chat.sanitize import sanitize
 
 if TYPE_CHECKING:
     from tui_chat.engine.remote import RemoteModel
-    from tui_chat.ui.app import ChatApp
 
 
 @dataclass(frozen=True)
@@ -85,15 +84,14 @@ def model_folders(config: Config) -> list[Path]:
     return out
 
 
-def current_label(app: ChatApp) -> str | None:
-    """The label of the model in use (see :attr:`ModelChoice.label`)."""
-    session = app.session
-    if session.engine_label is not None:
-        return session.engine_label
-    if app.config.api_base is not None:
-        info = session.model_info
-        return app.config.api_model or (info.name if info else None)
-    return file_label(app.config.model or default_model_path())
+def current_label(config: Config, engine_label: str | None, info: ModelInfo | None) -> str | None:
+    """The label of the model in use (see :attr:`ModelChoice.label`): the one a switch
+    chose (``engine_label``), else the server's model or the run's file."""
+    if engine_label is not None:
+        return engine_label
+    if config.api_base is not None:
+        return config.api_model or (info.name if info else None)
+    return file_label(config.model or default_model_path())
 
 
 def engine_factory_for(
@@ -112,26 +110,6 @@ def engine_factory_for(
             config, model=None if is_default else choice.path, api_base=None
         )
     return lambda: build(chosen)
-
-
-def open_model_picker(app: ChatApp) -> None:
-    """Push the picker; a choice is handed to the session (see the module docs)."""
-    current = current_label(app)
-
-    def picked(choice: ModelChoice | None) -> None:
-        if choice is None:
-            return
-        if choice.label == current and app.session.model_info is not None:
-            app.notify(f"{sanitize(choice.name)} is already in use", markup=False)
-            return
-        factory = engine_factory_for(app.config, choice, app.engine_factory)
-        app.session.switch_engine(factory, choice.name, choice.label)
-        if app.session.busy:
-            app.notify(
-                f"{sanitize(choice.name)} loads when this reply ends", markup=False, timeout=4
-            )
-
-    app.push_screen(ModelPickerScreen(app.config, current), picked)
 
 
 def _params(n: int) -> str:

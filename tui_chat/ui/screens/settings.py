@@ -13,7 +13,7 @@ the next reply on and saved with the conversation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -25,9 +25,6 @@ from textual.widgets import Input, Static, TextArea
 from tui_chat.config import ChatSettings, check_setting
 from tui_chat.engine.base import SamplingParams
 from tui_chat.sanitize import sanitize
-
-if TYPE_CHECKING:
-    from tui_chat.ui.app import ChatApp
 
 
 @dataclass(frozen=True)
@@ -225,17 +222,3 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         for f in FIELDS:
             self.field(f.key).value = self._text_of(self._defaults.sampling, f)
         self.query_one("#error", Static).update("")
-
-
-def open_settings(app: ChatApp) -> None:
-    """Push the settings screen for the session's conversation; saved settings are
-    applied to the next reply and saved with the conversation."""
-    session = app.session
-
-    def saved(settings: ChatSettings | None) -> None:
-        if settings is None:
-            return
-        session.apply_settings(settings)
-        app.notify("Settings saved: the next reply uses them", timeout=3)
-
-    app.push_screen(SettingsScreen(session.settings(), session.default_settings), saved)

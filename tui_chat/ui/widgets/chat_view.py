@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from tui_chat.engine.base import ChatMessage, ModelInfo
+from tui_chat.ui import keys
 from tui_chat.ui.widgets.composer import NEWLINE_KEYS
 from tui_chat.ui.widgets.conversation import ConversationView
 from tui_chat.ui.widgets.turns import AssistantTurn, role_label
@@ -49,17 +50,8 @@ class ChatView(ConversationView):
     """The keys of the cursor, on the view's bottom edge while it has the focus (the
     footer has no room for them at 80 columns)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Previous turn", show=False),
-        Binding("down", "cursor(1)", "Next turn", show=False),
-        Binding("home", "cursor_to(0)", "First turn", show=False),
-        Binding("end", "cursor_to(-1)", "Last turn", show=False),
-        Binding("ctrl+up", "cursor(-1)", "Previous turn", show=False),
-        Binding("ctrl+down", "cursor(1)", "Next turn", show=False),
-        Binding("enter,c", "copy_turn", "Copy turn", show=False),
-        *(Binding(str(n), f"copy_code({n})", f"Copy code block {n}", show=False)
-          for n in range(1, 10)),
-    ]  # fmt: skip
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings("turns")
+    """The turn cursor's keys (:mod:`tui_chat.ui.keys`)."""
 
     class CopyAsked(Message):
         """Copy the selected turn (``code_block`` 0) or its code block N (from 1)."""
