@@ -29,6 +29,7 @@ from tui_chat.config import (
     toml_value,
 )
 from tui_chat.engine.base import SamplingParams
+from tui_chat.output import UsageError
 from tui_chat.paths import default_config_path
 
 TUI_CHAT = str(Path(sys.executable).parent / "tui-chat")
@@ -259,9 +260,11 @@ def test_bad_environment_values_name_the_variable() -> None:
 
 
 def test_flag_values_are_checked_with_the_same_rules() -> None:
-    with pytest.raises(SettingsError, match="--top-k must be a whole number from 0"):
+    # A usage error (main() adds "see tui-chat --help"), not a settings error.
+    with pytest.raises(UsageError, match="--top-k must be a whole number from 0") as err:
         parse_config(["--top-k", "-5"])
-    with pytest.raises(SettingsError, match="--chat-format must be one of"):
+    assert not isinstance(err.value, SettingsError)
+    with pytest.raises(UsageError, match="--chat-format must be one of"):
         parse_config(["--chat-format", "nonsense"])
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from tests.conftest import GEMMA_PATH
 from tests.e2e.terminal import PtyProcess, app_env, mode_changes, tui_chat_argv, visible_text
+from tests.support import GEMMA_PATH
 from tui_chat.engine.modelfile import (
     ModelFileError,
     check_fits_in_memory,
@@ -182,13 +182,13 @@ def test_c23_bad_model_in_the_terminal(cases: dict[str, Case], name: str) -> Non
     ("args", "words"),
     [
         (["--no-such-flag"], ("unrecognized arguments", "--no-such-flag")),
-        (["--n-ctx", "abc"], ("--n-ctx", "positive integer", "'abc'")),
-        (["--n-ctx", "0"], ("--n-ctx", "positive integer")),
-        (["--max-tokens", "1.5"], ("--max-tokens", "positive integer")),
-        (["--temperature", "-1"], ("--temperature", ">= 0")),
-        (["--temperature", "nan"], ("--temperature", ">= 0")),
-        (["--top-p", "2"], ("--top-p", "between 0 and 1")),
-        (["--seed", "x"], ("--seed", "'x'")),
+        (["--n-ctx", "abc"], ("--n-ctx", "whole number from 1", '"abc"')),
+        (["--n-ctx", "0"], ("--n-ctx", "whole number from 1", '"0"')),
+        (["--max-tokens", "1.5"], ("--max-tokens", "whole number from 1", '"1.5"')),
+        (["--temperature", "-1"], ("--temperature", "number from 0 to 10", '"-1"')),
+        (["--temperature", "nan"], ("--temperature", "number from 0 to 10", '"nan"')),
+        (["--top-p", "2"], ("--top-p", "number from 0 to 1", '"2"')),
+        (["--seed", "x"], ("--seed", "whole number from -1", '"x"')),
         (["--model"], ("--model", "expected one argument")),
     ],
 )
@@ -207,7 +207,7 @@ def test_bad_flag_in_the_terminal_is_one_line() -> None:
     code, out = run_in_terminal("--n-ctx", "lots")
     assert code == 2
     assert ("1049", "h") not in mode_changes(out)  # the app never started
-    assert "positive integer" in _one_clear_line(visible_text(out))
+    assert "--n-ctx must be a whole number from 1" in _one_clear_line(visible_text(out))
 
 
 @pytest.mark.real

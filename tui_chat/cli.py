@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING
 
 from tui_chat.config import (
     FLAG_KEYS,
+    KEYS,
     Config,
     ConfigError,
+    FlagError,
+    Key,
     format_config,
     load_config,
 )
-from tui_chat.engine.base import Engine, EngineError, SamplingParams
+from tui_chat.engine.base import Engine, EngineError
 from tui_chat.engine.stream import TraceFn
 from tui_chat.engines import make_engine
 from tui_chat.output import ArgumentParser, UsageError, say, silence_output
@@ -49,16 +52,6 @@ class SettingsError(UsageError):
 # argparse would name the function ("invalid _positive_int value: 'abc'").
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -66,16 +59,6 @@ def _non_negative_float(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1:  # False for NaN too
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
     return value
 
 
@@ -97,29 +80,36 @@ def _conversation_id(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``--help`` names the native log file.
 
-    The flags that set a config key have no default (``_UNSET``): a flag that is not
-    given is absent from the result, so the config file and the environment decide
-    that setting (:func:`tui_chat.config.load_config`).
+    The flags that set a setting come from :data:`tui_chat.config.KEYS` (its flag, its
+    meaning, its default), written once there: they have no default here (a flag not
+    given is absent from the result, so the config file and the environment decide),
+    and their text is checked by the setting's own rule, as the file's and the
+    environment's is (:func:`tui_chat.config.check_flags`). The other flags choose
+    what this run does (headless, replay, resume...), not a setting.
     """
-    defaults = SamplingParams()
     p = ArgumentParser(
         prog="tui-chat",
         description="Chat with a local GGUF model in the terminal (llama.cpp inside).",
         epilog=(
             f"llama.cpp's own log lines never reach the terminal; they are written to "
-            f"{sanitize(str(native_log_path()))}. Keys: Enter send, Ctrl+J new line, Esc or "
-            "Ctrl+C stop the reply, Ctrl+L new chat, Ctrl+O saved chats, F2 settings, F3 "
-            "models, F1 every key, Ctrl+Q quit. "
-            "Also: tui-chat list, tui-chat export ID --format md|json, tui-chat cache."
+            f"{sanitize(str(native_log_path()))}. F1 in the app lists every key. "
+            "Also: tui-chat list, tui-chat export ID --format md|json, tui-chat cache, "
+            "tui-chat trace-report FILE."
         ),
     )
-    p.add_argument(
-        "-m",
-        "--model",
-        type=Path,
-        default=_UNSET,
-        help="GGUF model file (default: the bundled SmolLM2 135M Instruct in models/)",
-    )
+    for key in KEYS.values():
+        if key.flag is None:
+            continue
+        names = ["-m", key.flag] if key.name == "model" else [key.flag]
+        if key.name == "history":  # --no-history: the one flag that is a switch
+            p.add_argument(
+                *names, dest=key.name, action="store_const", const=False, default=_UNSET,
+                help=f"do not save this chat (saved chats live in {sanitize(str(history_path()))})",
+            )  # fmt: skip
+            continue
+        p.add_argument(
+            *names, dest=key.name, default=_UNSET, metavar=key.metavar, help=flag_help(key)
+        )
     p.add_argument(
         "-p",
         "--prompt",
@@ -132,59 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="headless: write the model's text to stdout exactly as it came, escape "
         "sequences included (default: control characters are made visible, as on screen)",
     )
-    p.add_argument("--system", dest="system_prompt", default=_UNSET, help="system prompt")
-    p.add_argument(
-        "--n-ctx",
-        type=_positive_int,
-        default=_UNSET,
-        help="context window in tokens (default 4096)",
-    )
-    p.add_argument(
-        "--n-gpu-layers",
-        type=int,
-        default=_UNSET,
-        help="layers to offload to the "
-        "GPU; -1 = all (needs a CUDA build: make run CUDA=1). Default 0",
-    )
-    p.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=_UNSET,
-        help="CPU threads for decoding (default: the physical cores)",
-    )
-    p.add_argument(
-        "--n-batch",
-        type=_positive_int,
-        default=_UNSET,
-        help="prompt tokens per "
-        "batch; Esc during a prefill is honoured within one batch (default 256)",
-    )
-    p.add_argument(
-        "--chat-format",
-        default=_UNSET,
-        help="chat template: gemma, chatml, "
-        "llama3, phi3, plain or jinja (default: the GGUF's template, else by "
-        "architecture)",
-    )
-    p.add_argument(
-        "--max-tokens", type=_positive_int, default=_UNSET, help=f"default {defaults.max_tokens}"
-    )
-    p.add_argument(
-        "--temperature",
-        type=_non_negative_float,
-        default=_UNSET,
-        help=f"default {defaults.temperature}",
-    )
-    p.add_argument("--top-p", type=_unit_float, default=_UNSET, help=f"default {defaults.top_p}")
-    p.add_argument("--top-k", type=int, default=_UNSET, help=f"default {defaults.top_k}")
-    p.add_argument("--min-p", type=_unit_float, default=_UNSET, help=f"default {defaults.min_p}")
-    p.add_argument(
-        "--repeat-penalty",
-        type=_non_negative_float,
-        default=_UNSET,
-        help=f"default {defaults.repeat_penalty}",
-    )
-    p.add_argument("--seed", type=int, default=_UNSET, help="-1 = random (the default)")
     p.add_argument(
         "--resume",
         nargs="?",
@@ -195,21 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="reopen the newest saved conversation, or conversation ID (tui-chat list shows them)",
     )
     p.add_argument(
-        "--no-history",
-        action="store_true",
-        default=_UNSET,
-        help=f"do not save this chat (saved chats live in {sanitize(str(history_path()))})",
-    )
-    p.add_argument(
-        "--render-interval-ms",
-        type=_positive_int,
-        default=_UNSET,
-        help="paint the streaming reply every N ms (default 80)",
-    )
-    p.add_argument(
         "--trace",
         type=Path,
         default=None,
+        metavar="FILE",
         help="write a JSON-lines timeline of "
         "every token to FILE (summarise it with: tui-chat trace-report FILE)",
     )
@@ -230,39 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay time scale: 2 = twice as fast, 0 = no waiting (default 1)",
     )
     p.add_argument(
-        "--api-base",
-        metavar="URL",
-        default=_UNSET,
-        help="chat with a model on an OpenAI-compatible server instead of the embedded "
-        "llama.cpp: its API root, e.g. http://127.0.0.1:8080/v1 (llama.cpp's llama-server, "
-        "vLLM, Ollama, llama_cpp.server)",
-    )
-    p.add_argument(
         "--api-key",
         metavar="KEY",
         help="API key for --api-base (better: TUI_CHAT_API_KEY or OPENAI_API_KEY in the "
         "environment, which the process list does not show)",
     )
     p.add_argument(
-        "--api-model",
-        metavar="NAME",
-        default=_UNSET,
-        help="model name on the server (default: the first one it lists)",
-    )
-    p.add_argument(
-        "--api-timeout",
-        type=_non_negative_float,
-        metavar="S",
-        default=_UNSET,
-        help="give a reply up when the server sends no text for S seconds (default 60; the "
-        "first token waits for the server's prefill)",
-    )
-    p.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
         help=f"read settings from FILE instead of {default_config_path()} (a TOML file: "
-        "every flag above has a key there; flags win over it)",
+        "every flag above that sets a setting has a key there; flags win over it)",
     )
     p.add_argument(
         "--print-config",
@@ -272,11 +176,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_SETTING_DESTS = {
-    {"--system": "system_prompt"}.get(flag, flag[2:].replace("-", "_")): key
-    for flag, key in FLAG_KEYS.items()
-}
-"""argparse destination -> config key, for the flags that set a config key."""
+def flag_help(key: Key) -> str:
+    """A setting's ``--help`` line: its meaning and its default (from :class:`Config`)."""
+    default = flag_default(key)
+    return f"{key.doc} (default {default})" if default is not None else key.doc
+
+
+def flag_default(key: Key) -> str | None:
+    """The default of a setting as text, or None where the meaning says it (None)."""
+    value: object = Config()
+    for part in key.target.split("."):
+        value = getattr(value, part)
+    if value is None or value == ():
+        return None
+    return str(value)
 
 
 def parse_config(argv: Sequence[str]) -> tuple[Config, str | None]:
@@ -293,15 +206,16 @@ def config_from_args(args: argparse.Namespace) -> tuple[Config, str | None]:
     """Parsed flags, environment and config file -> (Config, headless prompt or None).
 
     Raises:
-        SettingsError: a setting that is not allowed (from the config file, the
-            environment or a flag).
+        UsageError: a flag's value is not allowed.
+        SettingsError: a setting from the config file or the environment is not
+            allowed.
     """
     given = vars(args)
-    flags = {key: given[dest] for dest, key in _SETTING_DESTS.items() if dest in given}
-    if "history" in flags:  # --no-history
-        flags["history"] = False
+    flags = {name: given[name] for name in FLAG_KEYS.values() if name in given}
     try:
         config = load_config(flags, config_file=args.config, api_key=args.api_key)
+    except FlagError as exc:
+        raise UsageError(str(exc)) from exc  # main() points at --help
     except ConfigError as exc:
         raise SettingsError(str(exc)) from exc
     config.trace = args.trace
@@ -386,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return trace_report_main(argv[1:])
     if argv and argv[0] == "cache":
-        from tui_chat.kvcache import SnapshotCache, cache_main
+        from tui_chat.history.kvcache import SnapshotCache, cache_main
 
         try:
             limit_bytes = load_config().kv_cache_limit_bytes  # config file, environment
@@ -395,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return cache_main(argv[1:], SnapshotCache(limit_bytes=limit_bytes))
     if argv and argv[0] in ("list", "export"):
-        from tui_chat.history_cli import export_main, list_main
+        from tui_chat.history.cli import export_main, list_main
 
         return (list_main if argv[0] == "list" else export_main)(argv[1:])
     try:

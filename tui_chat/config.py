@@ -170,6 +170,11 @@ class ConfigError(Exception):
     """
 
 
+class FlagError(ConfigError):
+    """A flag's value is not allowed (the command line, not a file: ``--help`` says
+    what each flag takes)."""
+
+
 class _Bad(Exception):
     """A value is not allowed; ``str(exc)`` says what is ("must be ...")."""
 
@@ -288,8 +293,9 @@ class Key:
         doc: what it means, with its unit.
         flag: the command-line flag that sets it, or None.
         attr: the :class:`Config` attribute (``sampling.top_p`` for sampling).
-        from_text: turns an environment variable's text into a TOML-like value
-            before ``check`` (default: the text itself).
+        from_text: turns an environment variable's or a flag's text into a TOML-like
+            value before ``check`` (default: the text itself).
+        metavar: the flag's argument in ``--help`` (``N``, ``PATH``...).
     """
 
     name: str
@@ -298,6 +304,7 @@ class Key:
     flag: str | None = None
     attr: str = ""
     from_text: Callable[[str], object] | None = None
+    metavar: str | None = None
 
     @property
     def env(self) -> str:
@@ -336,50 +343,54 @@ def _list_text(text: str) -> object:
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
-        Key("model", _path, "GGUF model file (default: the bundled SmolLM2 135M Instruct)",
-            "--model"),
+        Key("model", _path, "GGUF model file (default: the bundled SmolLM2 135M Instruct in "
+            "models/)", "--model", metavar="PATH"),
         Key("model_dirs", _paths, "more folders the model picker (F3) lists .gguf files from, "
             "besides models/", None, from_text=_list_text),
         Key("n_ctx", _int_in(1, 1 << 24, " (tokens)"), "context window in tokens", "--n-ctx",
-            from_text=_number_text),
+            from_text=_number_text, metavar="N"),
         Key("n_gpu_layers", _int_in(-1, 100_000, "; -1 = all"),
-            "layers offloaded to the GPU, -1 = all (CUDA build)", "--n-gpu-layers",
-            from_text=_number_text),
+            "layers offloaded to the GPU, -1 = all (needs a CUDA build: make run CUDA=1)",
+            "--n-gpu-layers", from_text=_number_text, metavar="N"),
         Key("threads", _int_in(1, 1024), "CPU threads for decoding (default: the physical cores)",
-            "--threads", from_text=_number_text),
-        Key("n_batch", _int_in(1, 1 << 20, " (tokens)"), "prompt tokens per batch",
-            "--n-batch", from_text=_number_text),
-        Key("chat_format", _choice(template_names()), "chat template (default: automatic)",
-            "--chat-format"),
+            "--threads", from_text=_number_text, metavar="N"),
+        Key("n_batch", _int_in(1, 1 << 20, " (tokens)"), "prompt tokens per batch; Esc during a "
+            "prefill is honoured within one batch", "--n-batch", from_text=_number_text,
+            metavar="N"),
+        Key("chat_format", _choice(template_names()), "chat template: "
+            f"{', '.join(template_names())} (default: the GGUF's template, else by "
+            "architecture)", "--chat-format", metavar="NAME"),
         Key("system_prompt", _text(MAX_SYSTEM_PROMPT_CHARS, one_line=False),
-            "system prompt of new conversations", "--system"),
+            "system prompt of new conversations", "--system", metavar="TEXT"),
         Key("max_tokens", _int_in(1, 1 << 24, " (tokens)"), "most tokens per reply",
-            "--max-tokens", "sampling.max_tokens", _number_text),
+            "--max-tokens", "sampling.max_tokens", _number_text, "N"),
         Key("temperature", _float_in(0, 10), "sampling temperature, 0 = greedy",
-            "--temperature", "sampling.temperature", _number_text),
+            "--temperature", "sampling.temperature", _number_text, "T"),
         Key("top_p", _float_in(0, 1), "nucleus sampling mass", "--top-p", "sampling.top_p",
-            _number_text),
+            _number_text, "P"),
         Key("top_k", _int_in(0, 1 << 20, "; 0 disables"), "keep the k most likely tokens",
-            "--top-k", "sampling.top_k", _number_text),
+            "--top-k", "sampling.top_k", _number_text, "K"),
         Key("min_p", _float_in(0, 1), "drop tokens below min_p x the top probability",
-            "--min-p", "sampling.min_p", _number_text),
+            "--min-p", "sampling.min_p", _number_text, "P"),
         Key("repeat_penalty", _float_in(0, 10, "; 1 disables"),
             "penalty for recently seen tokens, 1 disables", "--repeat-penalty",
-            "sampling.repeat_penalty", _number_text),
+            "sampling.repeat_penalty", _number_text, "R"),
         Key("seed", _int_in(-1, 2**32 - 1, "; -1 = random"), "sampler seed, -1 = random",
-            "--seed", "sampling.seed", _number_text),
+            "--seed", "sampling.seed", _number_text, "N"),
         Key("render_interval_ms", _int_in(1, 10_000, " (ms)"),
             "how often the streaming reply is painted (ms)", "--render-interval-ms",
-            from_text=_number_text),
+            from_text=_number_text, metavar="N"),
         Key("history", _bool, "save conversations (false: like --no-history)", "--no-history",
             from_text=_bool_text),
-        Key("api_base", _url, "an OpenAI-compatible server's API root (instead of the "
-            "embedded engine)", "--api-base"),
+        Key("api_base", _url, "chat with a model on an OpenAI-compatible server instead of "
+            "the embedded llama.cpp: its API root, e.g. http://127.0.0.1:8080/v1 "
+            "(llama-server, vLLM, Ollama, llama_cpp.server)", "--api-base", metavar="URL"),
         Key("api_model", _text(256), "the server's model (default: the first it lists)",
-            "--api-model"),
+            "--api-model", metavar="NAME"),
         Key("api_timeout_s", _float_above(0, " s"),
-            "give a reply up when the server sends no text for this long (seconds)",
-            "--api-timeout", from_text=_number_text),
+            "give a reply up when the server sends no text for this long (seconds; the "
+            "first token waits for the server's prefill)", "--api-timeout",
+            from_text=_number_text, metavar="S"),
         Key("kv_cache_limit_mb", _int_in(0, 1 << 24, " (MiB)"),
             "most disk the KV snapshot cache may use (MiB), 0 = no snapshots", None,
             from_text=_number_text),
@@ -498,19 +509,22 @@ def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def check_flags(flags: Mapping[str, object]) -> dict[str, Any]:
-    """Check values given as flags (already typed by the argument parser), by key.
+    """Check values given as flags, by key, with the rules the file and the environment
+    are checked with: a flag's text goes through ``from_text`` as an environment
+    variable's does (``--no-history`` gives ``history`` as False).
 
     Raises:
-        ConfigError: a value out of range (``--api-timeout must be more than 0 s, got
-            0``).
+        FlagError: a value that is not allowed (``--n-ctx must be a whole number from
+            1 to 16777216 (tokens), got "abc"``).
     """
     values: dict[str, Any] = {}
-    for name, raw in flags.items():
+    for name, given in flags.items():
         key = KEYS[name]
+        raw = key.from_text(given) if isinstance(given, str) and key.from_text else given
         try:
             values[name] = key.check(str(raw) if isinstance(raw, Path) else raw)
         except _Bad as exc:
-            raise ConfigError(f"{key.flag} {exc}, got {_shown(raw)}") from None
+            raise FlagError(f"{key.flag} {exc}, got {_shown(given)}") from None
     return values
 
 

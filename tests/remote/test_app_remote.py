@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
 from tests.remote.stub import Route, StubHandler, StubServer, event, reply, status
+from tests.support import fake_config, wait_for
 from tui_chat.cli import parse_config
 from tui_chat.config import api_key_from_env
 from tui_chat.engine.remote import RemoteEngine
 from tui_chat.engines import make_engine
-from tui_chat.store import Store
+from tui_chat.history.store import Store
 from tui_chat.tracing.recorder import Tracer
 from tui_chat.ui.app import ChatApp, make_app
 
@@ -192,7 +192,7 @@ def test_headless_failure_keeps_the_partial_reply_and_exits_1(stub: StubServer) 
     ("args", "message"),
     [
         (["--model", "x.gguf"], "--model and --api-base exclude each other"),
-        (["--api-timeout", "0"], "--api-timeout must be more than 0 s, got 0"),
+        (["--api-timeout", "0"], '--api-timeout must be more than 0 s, got "0"'),
     ],
 )
 def test_bad_remote_options_are_usage_errors(args: list[str], message: str) -> None:
