@@ -14,8 +14,8 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 from textual.widgets._markdown import MarkdownBlock
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_segments, screen_text, shown_reply
+from tests.support import fake_config, wait_for
 from tui_chat.engine.base import Step
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import ChatApp, make_app

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import SIZE, finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import make_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import fake_config
+from tests.support import fake_config
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.headless import run_headless
 

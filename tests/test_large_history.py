@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
 from tests.history_data import RARE_WORD, build_history
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import ready
 from tests.test_conversations_app import SIZE, open_list
 from tui_chat.engine.fake import EOG, FakeEngine, paced

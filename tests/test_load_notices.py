@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_durability import hook
 from tui_chat.engine.base import LoadProgressFn, ModelInfo
 from tui_chat.engine.fake import FakeEngine

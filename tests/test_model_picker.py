@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text, shown_reply
 from tests.remote.stub import StubServer, models_route, reply, status
+from tests.support import fake_config, wait_for
 from tests.test_app_stream import finished, ready, send
 from tests.test_gguf_metadata import HOSTILE, assert_inert, write_gguf
 from tui_chat.config import Config

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GEMMA_PATH, fake_config, need_model, wait_for
 from tests.helpers import screen_text
+from tests.support import GEMMA_PATH, fake_config, need_model, wait_for
 from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams, TokenPiece
 from tui_chat.engine.llama import LlamaEngine
 from tui_chat.engine.prompt import content as content_part

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import reply_turns, screen_text, shown_reply
+from tests.support import fake_config, wait_for
 from tests.test_trace import replies_done
 from tui_chat.cli import main
 from tui_chat.config import Config

@@ -11,8 +11,8 @@ from pathlib import Path
 from textual import events
 from textual.pilot import Pilot
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_segments, screen_text
+from tests.support import fake_config, wait_for
 from tests.test_app_durability import hook
 from tests.test_app_stream import finished, ready, send
 from tests.test_gguf_metadata import HOSTILE

@@ -21,8 +21,8 @@ import llama_cpp
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from tests.conftest import GEMMA_PATH, SMOLLM2_PATH, need_model
 from tests.e2e.terminal import app_env, tui_chat_argv
+from tests.support import GEMMA_PATH, SMOLLM2_PATH, need_model
 from tests.test_gguf_metadata import HOSTILE, assert_inert
 from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams
 from tui_chat.engine.llama import LlamaEngine

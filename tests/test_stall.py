@@ -10,8 +10,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tests.conftest import fake_config, wait_for
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for
 from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import fake_config, wait_for
+from tests.support import fake_config, wait_for
 from tui_chat.cli import main
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.tracing.reader import TraceFormatError, load_trace

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GEMMA_PATH
 from tests.e2e.terminal import PtyProcess, app_env, fake_app_argv, tui_chat_argv
+from tests.support import GEMMA_PATH
 
 CTRL_Q = b"\x11"
 LEAVE_ALT_SCREEN = b"\x1b[?1049l"

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from textual.binding import Binding
 
-from tests.conftest import GEMMA_PATH
 from tests.e2e.fake_app import C22_PIECES
 from tests.e2e.terminal import (
     LOAD_TIMEOUT_S,
@@ -37,6 +36,7 @@ from tests.e2e.terminal import (
     text_after,
     tui_chat_argv,
 )
+from tests.support import GEMMA_PATH
 from tui_chat.ui.app import ChatApp
 
 pytestmark = pytest.mark.tmux

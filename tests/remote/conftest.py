@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import GEMMA_PATH
 from tests.remote.llama_server import LlamaServer, start_llama_server, stop_llama_server
 from tests.remote.stub import StubServer
+from tests.support import GEMMA_PATH
 
 
 @pytest.fixture
