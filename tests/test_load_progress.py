@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import fake_config, wait_for
+from tests.support import fake_config, wait_for
 from tests.test_app_durability import hook
 from tests.test_session import Events
 from tui_chat.engine.base import LoadCancelled

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for_sync
+from tests.support import wait_for_sync
 from tests.test_session import Events, rows
 from tui_chat.config import ChatSettings
 from tui_chat.engine.base import EngineError, SamplingParams

@@ -1,7 +1,7 @@
 """KV snapshots through ChatSession and the status bar, without a model (issue 13).
 
 A scripted engine that can "save" and "load" snapshots (small files through the real
-:class:`~tui_chat.kvcache.SnapshotCache`) shows when the session restores, saves and
+:class:`~tui_chat.history.kvcache.SnapshotCache`) shows when the session restores, saves and
 reports; the real model's snapshots are tested in tests/test_real_resume.py.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_config, wait_for, wait_for_sync
 from tests.helpers import screen_text
+from tests.support import fake_config, wait_for, wait_for_sync
 from tests.test_session import Events, SessionFactory, session_factory  # noqa: F401
 from tui_chat.config import Config
 from tui_chat.engine.base import (
@@ -33,7 +33,8 @@ from tui_chat.engine.snapshot import (
     SnapshotRejected,
     snapshot_files,
 )
-from tui_chat.kvcache import DEFAULT_LIMIT_BYTES, SnapshotCache
+from tui_chat.history.kvcache import DEFAULT_LIMIT_BYTES, SnapshotCache
+from tui_chat.history.store import Store
 from tui_chat.session import (
     ChatSession,
     ModelLoaded,
@@ -46,7 +47,6 @@ from tui_chat.session import (
     SnapshotRestored,
     SnapshotSaved,
 )
-from tui_chat.store import Store
 from tui_chat.ui.app import make_app
 from tui_chat.ui.messages import SessionUpdate
 
@@ -188,7 +188,7 @@ def test_resume_restores_the_snapshot_before_the_first_prefill(
     ]
 
 
-def test_restore_kv_snapshot_runs_on_the_engine_thread_when_asked(
+def test_opening_a_conversation_again_restores_its_snapshot_on_the_engine_thread(
     session_factory: SessionFactory,  # noqa: F811
     model: Path,
     cache: SnapshotCache,
@@ -198,9 +198,10 @@ def test_restore_kv_snapshot_runs_on_the_engine_thread_when_asked(
     session = session_factory(engine, events, history=tmp_path / "h.db", kv_cache=cache)
     session.submit("Hello")
     saved = events.wait(SnapshotSaved)
-    session.restore_kv_snapshot()  # as opening this conversation again would
+    assert isinstance(saved, SnapshotSaved)
+    assert session.open_conversation(saved.conversation_id)
     restored = events.wait(SnapshotRestored)
-    assert isinstance(saved, SnapshotSaved) and isinstance(restored, SnapshotRestored)
+    assert isinstance(restored, SnapshotRestored)
     assert restored.conversation_id == saved.conversation_id
     assert engine.log[-1] == f"load conv-{saved.conversation_id} (2 messages)"
 

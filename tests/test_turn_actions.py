@@ -1,18 +1,17 @@
 """Turn actions of a ChatSession without a UI: regenerate, edit and resend, continue,
-versions of the last reply, opening a saved conversation, and the engine-thread hook
-(issue 11, part 3)."""
+versions of the last reply, and opening a saved conversation (issue 11, part 3)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from tests.conftest import wait_for_sync
+from tests.support import wait_for_sync
 from tests.test_session import PARAMS, Events, SessionFactory, session_factory
 from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tui_chat.history.store import Store
 from tui_chat.session import (
     ChatSession,
-    ConversationChange,
     FirstText,
     HistoryOpened,
     ModelLoaded,
@@ -21,7 +20,6 @@ from tui_chat.session import (
     ReplyStarted,
     VersionShown,
 )
-from tui_chat.store import Store
 
 __all__ = ["session_factory"]  # the fixture, shared with test_session
 
@@ -243,20 +241,7 @@ def test_turn_actions_are_refused_with_a_reason(session_factory: SessionFactory)
     assert isinstance(notice, Notice) and "no reply to continue" in notice.text
 
 
-class RecordingSession(ChatSession):
-    """Records each change the engine thread is told of, with the number of prompts
-    the engine had seen at that moment."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.changes: list[tuple[ConversationChange, int]] = []
-
-    def on_conversation_replaced(self, change: ConversationChange) -> None:
-        assert isinstance(self.engine, FakeEngine)
-        self.changes.append((change, len(self.engine.calls)))
-
-
-def test_the_engine_thread_hears_of_every_replaced_conversation_before_the_prefill(
+def test_an_opened_conversation_is_the_prompt_of_its_next_reply_and_is_saved_in_place(
     tmp_path: Path,
 ) -> None:
     history = tmp_path / "h.db"
@@ -267,25 +252,29 @@ def test_the_engine_thread_hears_of_every_replaced_conversation_before_the_prefi
     store.close()
     engine = replies("new", "again")
     events = Events()
-    session = RecordingSession(engine, events, params=PARAMS, history=history)
+    session = ChatSession(engine, events, params=PARAMS, history=history)
     session.start()
     try:
         events.wait(ModelLoaded)
         assert session.open_conversation(other, focus_message_id=first_id)
         opened = events.wait(HistoryOpened)
         assert isinstance(opened, HistoryOpened) and opened.focus_index == 0
-        assert session.changes == []  # told before the next prefill, not before
+        assert session.conversation_id == other
         session.submit("follow-up")
         finished(events)
         session.regenerate()
         finished(events)
-        kinds = [(c.kind, c.conversation_id, c.changed_at, n) for c, n in session.changes]
-        assert kinds == [("opened", other, 0, 0), ("regenerate", other, 3, 1)]
-        assert session.changes[0][0].messages[-1]["content"] == "old answer"
-        assert engine.calls[0][-1] == {"role": "user", "content": "follow-up"}
+        old = [
+            {"role": "user", "content": "old question"},
+            {"role": "assistant", "content": "old answer"},
+        ]
+        follow_up = {"role": "user", "content": "follow-up"}
+        assert engine.calls == [[*old, follow_up], [*old, follow_up]]
+        assert session.versions() == (2, 2)
     finally:
         session.close()
     assert [r[1] for r in saved(history)] == ["old question", "old answer", "follow-up", "again"]
+    assert [r[0] for r in saved_versions(history)] == [1]
 
 
 def test_open_is_refused_while_a_reply_streams(

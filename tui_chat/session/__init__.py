@@ -8,6 +8,7 @@ thin readers of the same session.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tui_chat.session.conversation import prompt_messages
     from tui_chat.session.events import (
         FirstText,
         HistoryOpened,
@@ -29,20 +30,19 @@ if TYPE_CHECKING:
         State,
         VersionShown,
     )
-    from tui_chat.session.session import (
-        ChatSession,
-        ConversationChange,
-        TextBatch,
-        prompt_messages,
-    )
+    from tui_chat.session.session import ChatSession, TextBatch
 
-_SESSION_NAMES = frozenset({"ChatSession", "ConversationChange", "TextBatch", "prompt_messages"})
+_SESSION_NAMES = frozenset({"ChatSession", "TextBatch"})
 
 
 def __getattr__(name: str) -> Any:
     """The package's names, each imported from its module when first asked for, so
     that ``tui_chat.session.events`` alone does not bring in the session, storage
     and SQLite (18 ms that the first frame does not need: issue 16)."""
+    if name == "prompt_messages":
+        from tui_chat.session import conversation
+
+        return conversation.prompt_messages
     if name in _SESSION_NAMES:
         from tui_chat.session import session
 
@@ -56,7 +56,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ChatSession",
-    "ConversationChange",
     "FirstText",
     "HistoryOpened",
     "Listener",
