@@ -107,3 +107,12 @@ async def test_rename_this_chat_from_the_palette_renames_the_open_conversation(
 def test_the_footer_keys_are_declared_once() -> None:
     shown = [b.description for b in ChatApp.BINDINGS if isinstance(b, Binding) and b.show]
     assert {"Quit", "Stop", "Settings", "Models"} <= set(shown)
+
+
+def test_the_readme_turn_actions_paragraph_names_the_keys_of_the_key_table() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    paragraph = readme[readme.index("**Turn actions.**") :].split("\n\n")[0]
+    named = {key.action: key.keys for section in SECTIONS for key in section.keys if key.action}
+    for action in ("regenerate", "edit_last", "version(-1)", "version(1)", "continue_reply"):
+        shown = named[action].replace("ctrl+", "Ctrl+").upper().replace("CTRL+", "Ctrl+")
+        assert shown in paragraph, (action, shown)
