@@ -29,7 +29,7 @@ from tui_chat.session import (
     ModelSwitching,
     SessionEvent,
 )
-from tui_chat.session.session import LoadReporter
+from tui_chat.session.loading import LoadReporter
 from tui_chat.tracing.replay import ReplayEngine
 from tui_chat.ui.app import make_app
 from tui_chat.ui.widgets.status import StatusBar
