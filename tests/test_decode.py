@@ -44,9 +44,15 @@ def test_c03_emoji_over_three_pieces() -> None:
     assert "".join(out) == "Try 👋 or 🙂"
 
 
-def test_incomplete_character_at_end_becomes_one_replacement() -> None:
-    out, _ = run([b"ok", b"\xe4\xbd"])
-    assert "".join(out) == "ok\ufffd"
+def test_a_stream_cut_inside_a_character_ends_before_it_and_keeps_its_bytes() -> None:
+    out, dec = run([b"ok", b"\xe4\xbd"])
+    assert "".join(out) == "ok" == dec.text
+    assert dec.incomplete == b"\xe4\xbd"
+
+
+def test_invalid_utf8_inside_the_stream_is_still_one_replacement() -> None:
+    out, dec = run([b"a\xff", b"b"])
+    assert "".join(out) == "a\ufffdb" and dec.incomplete == b""
 
 
 def test_c14_closing_tag_spelling_of_turn_marker() -> None:

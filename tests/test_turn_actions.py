@@ -291,6 +291,27 @@ def test_open_is_refused_while_a_reply_streams(
     finished(events)
 
 
+def test_a_reply_cut_inside_a_character_saves_no_replacement_and_continues_whole(
+    session_factory: SessionFactory, tmp_path: Path
+) -> None:
+    history = tmp_path / "h.db"
+    # The token limit falls after the first byte of "é" (b"\xc3\xa9").
+    engine = FakeEngine([paced([b"caf", b"\xc3"], 0), paced(["\u00e9 au lait", EOG], 0)])
+    events = Events()
+    session = session_factory(engine, events, history=history)
+    session.submit("coffee?")
+    cut = finished(events)
+    assert (cut.reason, cut.text) == ("length", "caf")
+    assert session.continue_reply()
+    done = finished(events)
+    assert done.text == "caf\u00e9 au lait"
+    assert engine.calls[1][-1] == {"role": "assistant", "content": "caf"}
+    session.close()
+    rows = saved(history)
+    assert rows[-1][1] == "caf\u00e9 au lait"
+    assert all("\ufffd" not in content for _role, content, _i, _v in rows)
+
+
 def test_a_remote_continue_asks_the_server_to_carry_the_last_message_on() -> None:
     from tui_chat.engine.base import SamplingParams
     from tui_chat.engine.remote import chat_request_body

@@ -26,7 +26,10 @@ class StreamDecoder:
         stop_strings: strings that end the reply; empty strings are ignored.
 
     Invalid UTF-8 (not merely incomplete) becomes U+FFFD, as Python's ``replace``
-    error handler does; incomplete sequences are held, never replaced.
+    error handler does; incomplete sequences are held, never replaced, also at the end:
+    a reply cut inside a character (token limit, stop, cancel) ends before it, and the
+    bytes are kept in :attr:`incomplete` (issue 19: a U+FFFD was saved, and a continue
+    carried it on).
     """
 
     def __init__(self, stop_strings: Sequence[str] = ()) -> None:
@@ -34,6 +37,8 @@ class StreamDecoder:
         self._stops = tuple(sorted({s for s in stop_strings if s}, key=len, reverse=True))
         self._held = ""
         self.stopped = False
+        self.incomplete = b""
+        """The start of a character the stream ended inside (set by :meth:`flush`)."""
         self._parts: list[str] = []
 
     @property
@@ -50,12 +55,16 @@ class StreamDecoder:
     def flush(self) -> str:
         """End of stream: release held text (a stop-string prefix that never completed).
 
-        Incomplete UTF-8 left at the very end becomes U+FFFD: the model ended mid
-        character, which cannot be completed any more.
+        Incomplete UTF-8 left at the very end is not text: it goes to
+        :attr:`incomplete`, not to the reply (no U+FFFD for a character the model had
+        not finished). A continue of the reply starts again after its last whole
+        character.
         """
         if self.stopped:
             return ""
-        tail = self._held + self._utf8.decode(b"", final=True)
+        self.incomplete, _flag = self._utf8.getstate()
+        self._utf8.reset()
+        tail = self._held
         self._held = ""
         self._parts.append(tail)
         return tail

@@ -185,12 +185,15 @@ class StreamResult:
             context full), ``cancelled`` or ``error``.
         stats: timing.
         error: user-facing message when ``reason == "error"``.
+        incomplete: the bytes of a character the reply was cut inside (not in
+            ``text``; see :class:`~tui_chat.engine.decode.StreamDecoder`).
     """
 
     text: str
     reason: FinishReason
     stats: StreamStats
     error: str | None = None
+    incomplete: bytes = b""
 
 
 class StreamSink(Protocol):
@@ -358,17 +361,19 @@ def run_stream(
         sink.on_text(tail, stats)
     if cancel.is_set():
         tr("cancel_honoured", requested_at_offset_ms=_offset_ms(cancel.requested_at, stats))
-    if error is None:
-        tr("end", reason=reason)
-    else:
-        tr("end", reason=reason, error=error)
+    ended: dict[str, Any] = {"reason": reason}
+    if error is not None:
+        ended["error"] = error
+    if decoder.incomplete:
+        ended["incomplete"] = decoder.incomplete.hex()
+    tr("end", **ended)
     text = decoder.text
     if decoder.stopped:
         # Whitespace before a turn marker is template glue, not reply (case C14). Other
         # endings keep the text exactly as generated, so that the next prompt starts
         # with the same tokens that are in the KV cache (case C20).
         text = text.rstrip()
-    return StreamResult(text, reason, stats, error)
+    return StreamResult(text, reason, stats, error, decoder.incomplete)
 
 
 def _offset_ms(at: float | None, stats: StreamStats) -> float | None:

@@ -124,7 +124,7 @@ FIELDS: dict[str, dict[str, Any]] = {
     "painted": {"chars": _COUNT, "staleness_ms": _optional(_MS)},
     "cancel_requested": {"reply_id": _optional(_COUNT)},
     "cancel_honoured": {"requested_at_offset_ms": _optional(_number(-MAX_MS, MAX_MS))},
-    "end": {"reason": _reason, "error": _optional(_text(MAX_TEXT))},
+    "end": {"reason": _reason, "error": _optional(_text(MAX_TEXT)), "incomplete": _optional(_hex)},
 }
 
 
