@@ -27,6 +27,7 @@ HEADLESS_MODULES = [
     "tui_chat.engine.llama",
     "tui_chat.engine.native_log",
     "tui_chat.engine.remote",
+    "tui_chat.engine.overflow",
     "tui_chat.engine.sse",
     "tui_chat.engine.snapshot",
     "tui_chat.engine.splice",
@@ -61,6 +62,7 @@ def test_headless_module_imports_no_ui_libraries(module: str) -> None:
 
 ENGINE_MODULES = [
     "tui_chat.engine.remote",
+    "tui_chat.engine.overflow",
     "tui_chat.engine.llama",
     "tui_chat.engine.prompt",
     "tui_chat.engine.snapshot",

@@ -64,3 +64,13 @@ def test_a_line_without_end_over_the_limit_is_refused() -> None:
     with pytest.raises(SSEError):
         for _ in range(20):
             parser.feed(b"x" * 10)
+
+
+def test_an_error_line_is_an_error_event() -> None:
+    # llama-server before late 2025: an error inside a 200 stream, then [DONE] (issue 19).
+    line = b'error: {"code":500,"message":"boom","type":"server_error"}\n\n'
+    assert parse([b'data: {"a":1}\n\n', line, b"data: [DONE]\n\n"]) == [
+        SSEEvent(b'{"a":1}'),
+        SSEEvent(b'{"code":500,"message":"boom","type":"server_error"}', "error"),
+        SSEEvent(b"[DONE]"),
+    ]

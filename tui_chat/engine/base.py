@@ -84,6 +84,10 @@ class ModelInfo:
             cannot be written, GPU offload asked of a build without it, a chat
             template that could not be used). They may quote the model file: show
             them through the sanitiser.
+        continue_refused: why a reply cannot be carried on (Ctrl+G) with this engine,
+            as one line for the user; None when it can. A server that starts a new
+            reply after a final assistant message sets it (llama-cpp-python's
+            ``llama_cpp.server``, issue 19).
     """
 
     name: str
@@ -93,6 +97,7 @@ class ModelInfo:
     n_gpu_layers: int = 0
     n_layers: int = 0
     notices: tuple[str, ...] = ()
+    continue_refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,12 +110,16 @@ class PrefillDone:
             reused from the KV cache by prefix match).
         prefill_ms: wall time of the prefill in milliseconds.
         trimmed_messages: number of oldest messages dropped to fit ``n_ctx``.
+        notices: one-line warnings for the user about this prompt, each said once per
+            load (a chat template that could not render the conversation). They may
+            quote the model file: show them through the sanitiser.
     """
 
     n_prompt_tokens: int
     n_evaluated: int
     prefill_ms: float
     trimmed_messages: int = 0
+    notices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,14 @@ connection is found through httpx's documented ``trace`` request extension (the
 ``connect_tcp``/``start_tls`` events return the network stream) and the response's
 ``network_stream`` extension.
 
+Streams as real servers send them (issue 19): an error inside a 200 stream (an
+``error:`` line, ``data: {"error": ...}``) ends the reply with the server's message, the
+text before it kept; a reply whose last chunk has a ``finish_reason`` ends within
+:data:`FINISH_GRACE_S` even when ``[DONE]`` never comes; a conversation longer than the
+server's context window is sent again without its oldest turns
+(:mod:`tui_chat.engine.overflow`); and a server that cannot continue a reply says so
+(:func:`continue_refusal`).
+
 Everything a server sends is untrusted: error texts and model names are cut to one
 line without control or format characters before they go into a message, and the
 API key is never part of any message, log line or repr.
@@ -37,7 +45,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -53,6 +61,13 @@ from tui_chat.engine.base import (
     SamplingParams,
     TokenPiece,
 )
+from tui_chat.engine.overflow import (
+    Attempt,
+    ContextFull,
+    Trimming,
+    parse_error_body,
+    read_context_full,
+)
 from tui_chat.engine.sse import SSEError, SSEEvent, SSEParser
 
 DEFAULT_READ_TIMEOUT_S = 60.0
@@ -66,6 +81,17 @@ MAX_REPLY_BODY_BYTES = 16 * 1024 * 1024
 """Largest non-streamed reply we accept (a server that ignores ``"stream": true``)."""
 MAX_MESSAGE_CHARS = 300
 """A server's text inside one of our messages is cut to this many characters."""
+FINISH_GRACE_S = 0.5
+"""After the reply's end (a chunk with a ``finish_reason``, or ``[DONE]``), how long we
+go on reading for the rest of the body, in seconds, before ending the reply ourselves.
+Servers send ``[DONE]`` and end the body within milliseconds of the last chunk (a usage
+or timings chunk may come between), and reading to the end lets the connection be
+reused for the next request; but some servers and proxies never send ``[DONE]`` and
+hold the connection open with keep-alive comments, which before this kept the reply
+going until ``--api-timeout`` and then failed it (issue 19)."""
+CONTEXT_FULL_STATUSES = (400, 413, 422)
+"""HTTP statuses whose body is read for a context-window refusal (llama.cpp, vLLM,
+OpenAI and llama-cpp-python answer 400; some proxies 413 or 422)."""
 USER_AGENT = "tui-chat"
 
 
@@ -90,7 +116,7 @@ class RemoteModel:
             sanitize it before showing it.
         owned_by: the ``owned_by`` field ("" when absent).
         n_ctx: the context window in tokens when the server says (vLLM's
-            ``max_model_len``), else None.
+            ``max_model_len``, llama-server's ``meta.n_ctx``), else None.
     """
 
     id: str
@@ -151,16 +177,46 @@ def chat_request_body(
     if model is not None:
         body["model"] = model
     if messages and messages[-1]["role"] == "assistant":
-        # A reply that is continued. llama.cpp's server ("assistant prefill", on by
-        # default since May 2025; newer builds also read these fields) and Ollama
-        # continue a final assistant message by themselves; vLLM and SGLang need the
-        # fields (continue_final_message cannot go with add_generation_prompt).
-        # llama-cpp-python's server starts a new reply after it instead.
+        # A reply that is continued (see continue_refusal for what each server does):
+        # vLLM and SGLang need these fields (continue_final_message cannot go with
+        # add_generation_prompt); llama.cpp's server and Ollama continue by themselves.
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
     if params.seed >= 0:
         body["seed"] = params.seed
     return body
+
+
+LLAMA_CPP_PYTHON_CONTINUE = (
+    "this server (llama-cpp-python's llama_cpp.server) cannot continue a reply: it starts "
+    "a new one after it instead. Ctrl+R asks for a new reply"
+)
+
+
+def continue_refusal(owned_by: str) -> str | None:
+    """Why a reply cannot be continued (Ctrl+G) on the server whose model list says
+    ``owned_by``, as one line for the user; None when it can, or may.
+
+    Each server names itself in its model list's ``owned_by`` (the response headers do
+    not tell them apart: vLLM and llama-cpp-python both answer as uvicorn), and each
+    treats a conversation that ends with an assistant message its own way:
+
+    - ``llamacpp``, llama.cpp's ``llama-server``: continues the message by itself
+      ("assistant prefill", on by default since 2025). A chat template with thinking
+      on is refused with HTTP 400 "Assistant response prefill is incompatible with
+      enable_thinking", which the user sees as the server's message.
+    - ``vllm``: continues it when asked with ``continue_final_message``, which
+      :func:`chat_request_body` sends.
+    - ``me``, llama-cpp-python's ``llama_cpp.server``: renders its chat template with
+      ``add_generation_prompt`` always on and reads neither field, so the model starts
+      a new reply that came glued onto the old one ("byIn the heart...", issue 19).
+      Refused.
+    - anything else (Ollama, SGLang, LM Studio, a proxy): not known; the request is
+      sent as for vLLM, and the servers that know the fields honour them.
+    """
+    if owned_by == "me":
+        return LLAMA_CPP_PYTHON_CONTINUE
+    return None
 
 
 class RemoteEngine:
@@ -232,7 +288,9 @@ class RemoteEngine:
         not ours to report or stop.
 
         A server without a model list (HTTP 404) is accepted when ``model`` is given
-        or the server needs none.
+        or the server needs none. The list also says which server it is (``owned_by``:
+        see :func:`continue_refusal`) and its context window when it tells (vLLM's
+        ``max_model_len``, llama-server's ``meta.n_ctx``).
 
         Raises:
             EngineError: server not reachable, TLS failure, key refused (401/403), or
@@ -258,10 +316,16 @@ class RemoteEngine:
         if self.model is None and self._models:
             self.model = self._models[0].id
         n_ctx = next((m.n_ctx for m in self._models if m.id == self.model and m.n_ctx), 0)
+        # The server's name for itself: the chosen model's entry, else any (one server).
+        owned_by = next(
+            (m.owned_by for m in self._models if m.id == self.model),
+            self._models[0].owned_by if self._models else "",
+        )
         self._info = ModelInfo(
             name=_one_line(self.model, 80) if self.model else "server default model",
             n_ctx=n_ctx or 0,
             chat_format="server",
+            continue_refused=continue_refusal(owned_by),
         )
         return self._info
 
@@ -276,9 +340,19 @@ class RemoteEngine:
         piece when the server says ``finish_reason: stop``; nothing more for
         ``length``. Stops after ``params.max_tokens`` pieces even if the server does not.
 
+        A server that says the prompt does not fit its context window is sent it again
+        without the oldest turns, at most
+        :data:`~tui_chat.engine.overflow.MAX_TRIM_RETRIES` times, before anything is
+        yielded; ``PrefillDone.trimmed_messages`` then says how many messages were left
+        out (``messages`` itself is not changed). A final assistant message (continue)
+        sent to a server that cannot continue it (``info.continue_refused``) sends
+        nothing and raises.
+
         Raises:
-            EngineError: the server failed or broke the stream; the pieces yielded
-                before stay valid (the partial reply is kept).
+            EngineError: the server failed or broke the stream, reported an error in
+                it, refused the prompt as too long however it was cut, or cannot
+                continue a reply; the pieces yielded before stay valid (the partial
+                reply is kept).
         """
         if self._client is None:
             raise EngineError("not connected to the server (load() was not called)")
@@ -313,35 +387,60 @@ class RemoteEngine:
     ) -> Iterator[EngineEvent]:
         if cancel.is_set():
             return
-        url = self.api_base + "/chat/completions"
-        body = chat_request_body(self.model, messages, params)
+        refused = self._info.continue_refused if self._info else None
+        if refused and messages and messages[-1]["role"] == "assistant":
+            raise EngineError(refused)  # nothing is sent: the reply stays as it is
+        known_n_ctx = (self._info.n_ctx if self._info else 0) or None
+        trimming = Trimming(messages, params.max_tokens, known_n_ctx)
+        attempt = trimming.latest
         t0 = time.perf_counter()
-        request = client.build_request(
-            "POST",
-            url,
-            json=body,
-            headers={"Accept": "text/event-stream"},
-            extensions={"trace": abort.trace},
-        )
-        try:
-            response = client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+        while True:
+            try:
+                yield from self._request(client, attempt, params, cancel, abort, t0)
+                return
+            except _ContextFullError as exc:
+                # Raised only before anything was yielded: the retry starts clean.
+                shorter = trimming.after(exc.full)
+                if shorter is None:
+                    n_ctx = exc.full.n_ctx or known_n_ctx
+                    message = _too_long_message(exc.detail, n_ctx, attempt.n_dropped)
+                    raise EngineError(message) from None
+                attempt = shorter
             if cancel.is_set():
                 return
-            raise EngineError(
-                _transport_message(
-                    exc, url, self._api_key, self.connect_timeout_s, self.read_timeout_s
-                )
-            ) from None
+
+    def _request(
+        self,
+        client: httpx.Client,
+        attempt: Attempt,
+        params: SamplingParams,
+        cancel: CancelToken,
+        abort: _StreamAbort,
+        t0: float,
+    ) -> Iterator[EngineEvent]:
+        """One request of a reply; raises :class:`_ContextFullError` for a refusal that
+        says the prompt does not fit (before it yields anything)."""
+        url = self.api_base + "/chat/completions"
+        params = replace(params, max_tokens=attempt.max_tokens)
+        body = chat_request_body(self.model, attempt.messages, params)
+        response = self._send(client, url, body, cancel, abort)
+        if response is None:
+            return
         try:
-            abort.attach(response.extensions.get("network_stream"))
             if response.status_code >= 400:
-                raise _status_error(response, self._api_key, self.model, self._models)
+                raise self._refusal(response)
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" in content_type:
-                yield from self._events(response, params, cancel, t0)
+                try:
+                    yield from self._events(response, params, cancel, t0, attempt.n_dropped, abort)
+                except _EmptyStream:
+                    response.close()
+                    abort.drop()
+                    failure = self._why_empty(client, url, body, cancel, abort)
+                    if failure is not None:
+                        raise failure from None
             else:
-                yield from self._whole_reply(response, t0)
+                yield from self._whole_reply(response, t0, attempt.n_dropped)
         except httpx.HTTPError as exc:
             if cancel.is_set():
                 return
@@ -351,8 +450,86 @@ class RemoteEngine:
         finally:
             response.close()
 
+    def _send(
+        self,
+        client: httpx.Client,
+        url: str,
+        body: dict[str, Any],
+        cancel: CancelToken,
+        abort: _StreamAbort,
+    ) -> httpx.Response | None:
+        """POST ``body``; the response with its headers read (the caller closes it), or
+        None when the request was cancelled."""
+        request = client.build_request(
+            "POST",
+            url,
+            json=body,
+            headers={"Accept": "text/event-stream" if body.get("stream") else "application/json"},
+            extensions={"trace": abort.trace},
+        )
+        try:
+            response = client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            if cancel.is_set():
+                return None
+            raise EngineError(
+                _transport_message(
+                    exc, url, self._api_key, self.connect_timeout_s, self.read_timeout_s
+                )
+            ) from None
+        abort.attach(response.extensions.get("network_stream"))
+        return response
+
+    def _refusal(self, response: httpx.Response) -> EngineError:
+        """The error for an HTTP error status: :class:`_ContextFullError` when the body
+        says the prompt does not fit, else a :class:`RemoteHTTPError` that says why."""
+        raw = _error_body(response)
+        status = response.status_code
+        if status in CONTEXT_FULL_STATUSES:
+            full = read_context_full(parse_error_body(raw))
+            if full is not None:
+                said = _server_message(raw, self._api_key)
+                return _ContextFullError(full, f"HTTP {status}" + (f": {said}" if said else ""))
+        return _status_error(response, raw, self._api_key, self.model, self._models)
+
+    def _why_empty(
+        self,
+        client: httpx.Client,
+        url: str,
+        body: dict[str, Any],
+        cancel: CancelToken,
+        abort: _StreamAbort,
+    ) -> EngineError | None:
+        """The failure behind an event stream that ended before its first event.
+
+        llama-cpp-python's ``llama_cpp.server`` sends its 200 headers before its first
+        chunk is made, so an error there (a prompt longer than its context window: "This
+        model's maximum context length is 2048 tokens...") ends the stream empty and
+        says nothing; the same request without streaming answers it with an HTTP error.
+        So the request is sent again that way, with ``max_tokens`` 1 (should it succeed
+        after all, it costs the server a prefill and one token), on a new connection
+        (uvicorn closes the old one after the failure). None when cancelled meanwhile.
+        """
+        probe = self._send(client, url, {**body, "stream": False, "max_tokens": 1}, cancel, abort)
+        if probe is None or cancel.is_set():
+            return None
+        try:
+            if probe.status_code >= 400:
+                return self._refusal(probe)
+        finally:
+            probe.close()
+        return EngineError(
+            "the server ended the reply before sending anything (an empty event stream)"
+        )
+
     def _events(
-        self, response: httpx.Response, params: SamplingParams, cancel: CancelToken, t0: float
+        self,
+        response: httpx.Response,
+        params: SamplingParams,
+        cancel: CancelToken,
+        t0: float,
+        n_dropped: int,
+        abort: _StreamAbort,
     ) -> Iterator[EngineEvent]:
         parser = SSEParser()
         prefilled = False
@@ -362,44 +539,81 @@ class RemoteEngine:
         finish: str | None = None
         done = False
         carry = ""
-        for chunk in response.iter_bytes():
-            now = time.perf_counter()
-            try:
-                events = parser.feed(chunk)
-            except SSEError as exc:
-                raise EngineError(f"the server sent a malformed event stream ({exc})") from None
-            for event in events:
-                if event.data.strip() == b"[DONE]":
-                    done = True
-                    break
-                choice = _parse_chunk(event, self._api_key)
-                if choice is None:
-                    continue
-                if not prefilled:
-                    prefilled = True
-                    yield PrefillDone(0, 0, (now - t0) * 1000)
-                    last = now
-                content, reason = choice
-                if content:
-                    data, carry = _content_bytes(content, carry)
-                    if data:
-                        if n_pieces >= params.max_tokens:
-                            return  # a server that ignores max_tokens
-                        n_pieces += 1
-                        yield TokenPiece(data, step_ms=(now - last) * 1000)
+        seen = False  # any event at all
+        grace: threading.Timer | None = None
+
+        def start_grace() -> None:
+            nonlocal grace
+            if grace is None:
+                # When it runs out, the shutdown wakes the blocked read (and the
+                # connection is not reused).
+                grace = threading.Timer(FINISH_GRACE_S, abort.abort)
+                grace.daemon = True
+                grace.start()
+
+        try:
+            for chunk in response.iter_bytes():
+                now = time.perf_counter()
+                if done:
+                    continue  # the end of the body after [DONE]: read, so the connection is reused
+                try:
+                    events = parser.feed(chunk)
+                except SSEError as exc:
+                    raise EngineError(f"the server sent a malformed event stream ({exc})") from None
+                for event in events:
+                    seen = True
+                    if event.data.strip() == b"[DONE]":
+                        done = True
+                        start_grace()
+                        break
+                    try:
+                        choice = _parse_chunk(event, self._api_key)
+                    except _ServerErrorEvent as exc:
+                        full = None if prefilled else read_context_full(exc.payload)
+                        if full is not None:
+                            raise _ContextFullError(full, f"the server said: {exc.said}") from None
+                        where = "mid-reply" if n_pieces else "before the reply"
+                        raise EngineError(
+                            f"the server reported an error {where}: {exc.said}"
+                        ) from None
+                    if choice is None:
+                        continue
+                    if not prefilled:
+                        prefilled = True
+                        yield PrefillDone(0, 0, (now - t0) * 1000, trimmed_messages=n_dropped)
                         last = now
-                        deadline = now + self.read_timeout_s
-                if reason:
-                    finish = reason
-            if done or cancel.is_set():
-                break
-            if now > deadline:
-                # Keep-alive comments alone for read_timeout_s: the read timeout never
-                # fires, yet no text comes.
-                raise EngineError(_silence_message(self.read_timeout_s))
+                    content, reason = choice
+                    if content:
+                        data, carry = _content_bytes(content, carry)
+                        if data:
+                            if n_pieces >= params.max_tokens:
+                                return  # a server that ignores max_tokens
+                            n_pieces += 1
+                            yield TokenPiece(data, step_ms=(now - last) * 1000)
+                            last = now
+                            deadline = now + self.read_timeout_s
+                    if reason and finish is None:
+                        finish = reason
+                        start_grace()
+                if cancel.is_set():
+                    break
+                if finish is None and not done and now > deadline:
+                    # Keep-alive comments alone for read_timeout_s: the read timeout
+                    # never fires, yet no text comes.
+                    raise EngineError(_silence_message(self.read_timeout_s))
+        except httpx.HTTPError:
+            if not (done or finish is not None):
+                raise
+            # The reply had ended ([DONE] or a finish_reason); the body did not, or the
+            # connection broke after it (the grace ran out, the server went away).
+        finally:
+            if grace is not None:
+                grace.cancel()
         if cancel.is_set():
             return
         if not done and finish is None:
+            if not seen:
+                raise _EmptyStream
             raise EngineError(
                 "the connection to the server was lost mid-reply (the stream ended "
                 "before the server said it was done)"
@@ -409,22 +623,34 @@ class RemoteEngine:
         if finish != "length":
             yield TokenPiece(b"", eog=True)
 
-    def _whole_reply(self, response: httpx.Response, t0: float) -> Iterator[EngineEvent]:
+    def _whole_reply(
+        self, response: httpx.Response, t0: float, n_dropped: int
+    ) -> Iterator[EngineEvent]:
         """A server (or proxy) that ignored ``"stream": true`` and sent one JSON reply."""
         raw = _read_bounded(response, MAX_REPLY_BODY_BYTES)
         try:
             payload = json.loads(raw.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and ("error" in payload or payload.get("object") == "error"):
+            # An error object with status 200 (LM Studio answers so, and some proxies).
+            full = read_context_full(payload)
+            said = _one_line(_message_of(payload), MAX_MESSAGE_CHARS, self._api_key)
+            if full is not None:
+                raise _ContextFullError(full, f"the server said: {said}")
+            raise EngineError(f"the server reported an error: {said}")
+        try:
             choice = payload["choices"][0]
             content = choice["message"]["content"] or ""
             reason = choice.get("finish_reason")
             if not isinstance(content, str):
                 raise TypeError
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             snippet = _one_line(raw.decode("utf-8", "replace"), 80, self._api_key)
             raise EngineError(
                 f"the server did not answer with an event stream: {snippet!r}"
             ) from None
-        yield PrefillDone(0, 0, (time.perf_counter() - t0) * 1000)
+        yield PrefillDone(0, 0, (time.perf_counter() - t0) * 1000, trimmed_messages=n_dropped)
         data, carry = _content_bytes(content, "")
         if carry:
             data += "\ufffd".encode()
@@ -432,6 +658,52 @@ class RemoteEngine:
             yield TokenPiece(data)
         if reason != "length":
             yield TokenPiece(b"", eog=True)
+
+
+class _ContextFullError(EngineError):
+    """The server said the prompt does not fit its context window (internal: the
+    engine sends a shorter request, or raises a plain EngineError that says so).
+
+    Attributes:
+        full: what the server said of the sizes.
+        detail: the server's answer for a message (``HTTP 400: ...``), cleaned.
+    """
+
+    def __init__(self, full: ContextFull, detail: str) -> None:
+        super().__init__(f"the prompt does not fit the server's context window ({detail})")
+        self.full = full
+        self.detail = detail
+
+
+class _EmptyStream(Exception):
+    """The event stream ended normally before its first event (internal: see
+    :meth:`RemoteEngine._why_empty`)."""
+
+
+class _ServerErrorEvent(EngineError):
+    """An error event inside a 200 stream (internal: :meth:`RemoteEngine._events` words
+    the message).
+
+    Attributes:
+        said: the server's message, cleaned to one line.
+        payload: the event's data as parsed JSON (or text), for
+            :func:`~tui_chat.engine.overflow.read_context_full`.
+    """
+
+    def __init__(self, said: str, payload: Any) -> None:
+        super().__init__(f"the server reported an error: {said}")
+        self.said = said
+        self.payload = payload
+
+
+def _too_long_message(detail: str, n_ctx: int | None, n_dropped: int) -> str:
+    """One line for a prompt that does not fit the server's window however it is cut."""
+    window = f" of {n_ctx} tokens" if n_ctx else ""
+    left = f", even with the {n_dropped} oldest messages left out" if n_dropped else ""
+    return (
+        f"the prompt does not fit the server's context window{window}{left} ({detail}); "
+        "shorten the message, or start the server with a larger context"
+    )
 
 
 # ---------------------------------------------------------------- cancel plumbing
@@ -475,6 +747,14 @@ class _StreamAbort:
         with self._lock:
             self.aborted = True
             stream = self._stream
+        if stream is not None:
+            _shutdown(stream)
+
+    def drop(self) -> None:
+        """Shut the current connection down without stopping the request: the next one
+        then goes on a new connection (the pool discards a connection that reads EOF)."""
+        with self._lock:
+            stream, self._stream = self._stream, None
         if stream is not None:
             _shutdown(stream)
 
@@ -549,7 +829,7 @@ def _fetch_models(
     if on_stream is not None:
         on_stream(response.extensions.get("network_stream"))
     if response.status_code >= 400:
-        raise _status_error(response, api_key, None, [])
+        raise _status_error(response, _error_body(response), api_key, None, [])
     try:
         entries = response.json()["data"]
         if not isinstance(entries, list):
@@ -563,7 +843,10 @@ def _fetch_models(
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             continue
-        n_ctx = entry.get("max_model_len")
+        meta = entry.get("meta")
+        n_ctx = entry.get("max_model_len")  # vLLM
+        if n_ctx is None and isinstance(meta, dict):
+            n_ctx = meta.get("n_ctx")  # llama-server (n_ctx_train is the model's, not its)
         models.append(
             RemoteModel(
                 id=entry["id"],
@@ -583,15 +866,24 @@ def _read_bounded(response: httpx.Response, limit: int) -> bytes:
     return bytes(out[:limit])
 
 
-def _status_error(
-    response: httpx.Response, api_key: str | None, model: str | None, models: list[RemoteModel]
-) -> RemoteHTTPError:
-    """One line for an HTTP error status, with the server's own message (cleaned)."""
-    status = response.status_code
+def _error_body(response: httpx.Response) -> bytes:
+    """The start of an error response's body (empty if it cannot be read)."""
     try:
-        raw = _read_bounded(response, MAX_ERROR_BODY_BYTES)
+        return _read_bounded(response, MAX_ERROR_BODY_BYTES)
     except httpx.HTTPError:
-        raw = b""
+        return b""
+
+
+def _status_error(
+    response: httpx.Response,
+    raw: bytes,
+    api_key: str | None,
+    model: str | None,
+    models: list[RemoteModel],
+) -> RemoteHTTPError:
+    """One line for an HTTP error status, with the server's own message (cleaned) from
+    its body ``raw``."""
+    status = response.status_code
     said = _server_message(raw, api_key)
     detail = f"HTTP {status}" + (f": {said}" if said else "")
     if status in (401, 403):
@@ -649,7 +941,10 @@ def _message_of(payload: Any) -> str:
 
 def _parse_chunk(event: SSEEvent, api_key: str | None) -> tuple[str, str | None] | None:
     """(content, finish_reason) of the first choice of a chunk; None for a chunk
-    without choices (usage, timings). Raises EngineError for a malformed or error event.
+    without choices (usage, timings). Raises EngineError for a malformed event, and
+    :class:`_ServerErrorEvent` for an error: an ``error`` event (llama-server's
+    ``error:`` line), an ``{"error": ...}`` object (OpenAI's shape, also a bare string)
+    or vLLM's ``{"object": "error", "message": ...}``.
 
     The data is decoded with ``surrogateescape``: bytes that are not UTF-8 (a server
     that split a character between two events without escaping it) survive into the
@@ -660,12 +955,15 @@ def _parse_chunk(event: SSEEvent, api_key: str | None) -> tuple[str, str | None]
         payload = json.loads(text)
     except ValueError:
         payload = None
+    if event.event == "error" and not isinstance(payload, dict):
+        said = _one_line(event.data.decode("utf-8", "replace"), MAX_MESSAGE_CHARS, api_key)
+        raise _ServerErrorEvent(said or "(no message)", said)
     if not isinstance(payload, dict):
         snippet = _one_line(event.data.decode("utf-8", "replace"), 80, api_key)
         raise EngineError(f"the server sent a malformed event: {snippet!r}")
-    if event.event == "error" or "error" in payload:
-        said = _one_line(_message_of(payload.get("error", payload)), MAX_MESSAGE_CHARS, api_key)
-        raise EngineError(f"the server reported an error mid-reply: {said}")
+    if event.event == "error" or "error" in payload or payload.get("object") == "error":
+        said = _one_line(_message_of(payload), MAX_MESSAGE_CHARS, api_key)
+        raise _ServerErrorEvent(said or "(no message)", payload)
     choices = payload.get("choices")
     if choices is None or choices == []:
         return None

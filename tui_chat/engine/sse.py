@@ -9,6 +9,14 @@ WHATWG HTML standard's "event stream interpretation": lines end in CR LF, LF or 
 ``data:`` lines of one event are joined with LF; a line starting with ``:`` is a
 comment (servers send them as keep-alive pings); an empty line dispatches the event;
 an event still open when the stream ends is dropped.
+
+One field beyond the standard: llama.cpp's ``llama-server`` (its
+``server_sent_event(sink, "error", ...)``, in builds before late 2025) reports a failure
+inside a 200 stream as an ``error: {"code": ..., "message": ...}`` line, then
+``data: [DONE]``. The standard ignores a field it does not know, which turned that
+failure into a normal end of the reply; here ``error`` lines make an event of type
+``error`` (issue 19). Newer builds send ``data: {"error": {...}}`` instead, and an error
+before the first token as an HTTP status.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ class SSEEvent:
 
     Attributes:
         data: the ``data`` field's bytes (lines joined with LF), not decoded.
-        event: the ``event`` field ("" when the server gave none: a plain message).
+        event: the ``event`` field ("" when the server gave none: a plain message);
+            ``error`` for llama-server's ``error:`` lines (see the module docstring).
     """
 
     data: bytes
@@ -48,6 +57,7 @@ class SSEParser:
         self._max = max_event_bytes
         self._buf = bytearray()
         self._data: list[bytes] = []
+        self._error: list[bytes] = []
         self._event = ""
         self._size = 0
         self._started = False
@@ -108,14 +118,18 @@ class SSEParser:
             raise SSEError(f"an event longer than {self._max} bytes")
         if name == b"data":
             self._data.append(value)
+        elif name == b"error":
+            self._error.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         # "id" and "retry" concern reconnecting, which a chat reply never does.
         return None
 
     def _dispatch(self) -> SSEEvent | None:
-        data, event = self._data, self._event
-        self._data, self._event, self._size = [], "", 0
+        data, error, event = self._data, self._error, self._event
+        self._data, self._error, self._event, self._size = [], [], "", 0
+        if error:  # llama-server's error line (see the module docstring) wins over data
+            return SSEEvent(b"\n".join(error), "error")
         if not data:
             return None
         return SSEEvent(b"\n".join(data), event)

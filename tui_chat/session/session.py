@@ -508,8 +508,11 @@ class ChatSession:
 
     def _turn_action(self, kind: ReplyKind, text: str = "") -> bool:
         with self._work:
+            info = self._info
             if not self._idle():
                 reason: str | None = "wait until the reply has ended (Esc stops it)"
+            elif kind == "continue" and info is not None and info.continue_refused:
+                reason = info.continue_refused  # the engine cannot carry a reply on
             else:
                 reason = self._conversation.refusal(kind)
             if reason is None:
@@ -968,6 +971,8 @@ class _Sink:
     def on_prefill(self, event: PrefillDone, stats: StreamStats) -> None:
         self._reply.stats = stats
         self._emit(PrefillFinished(self._reply.reply_id, stats.snapshot()))
+        for notice in event.notices:  # e.g. a chat template that could not render it
+            self._emit(Notice(notice, "warning"))
         if event.trimmed_messages:
             self._emit(
                 Notice(
