@@ -35,13 +35,13 @@ STAMP := $(VENV)/.installed-$(LLAMA_KEY)
 run: install $(MODEL)
 	$(BIN)/tui-chat $(ARGS)
 
-test: install $(SMOLLM2) $(GEMMA) tmux spec
+test: install $(SMOLLM2) $(GEMMA) tmux spec templates
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # What a developer runs before a commit: formatting, lint, types (sources, tests, the
 # benchmark and scripts), the import contracts of pyproject.toml, then the tests.
-check: install $(SMOLLM2) $(GEMMA) tmux spec
+check: install $(SMOLLM2) $(GEMMA) tmux spec templates
 	$(BIN)/ruff format --check tui_chat tests bench scripts
 	$(BIN)/ruff check tui_chat tests bench scripts
 	$(BIN)/mypy tui_chat tests bench scripts
@@ -87,6 +87,13 @@ $(GEMMA): | $(STAMP)
 .PHONY: spec
 spec: | $(STAMP)
 	$(BIN)/python -m tests.commonmark_spec
+
+# The published chat templates of llama.cpp's models/templates/ for
+# tests/test_template_corpus.py, from the llama-cpp-python sdist (.cache/sdist/, else
+# PyPI) into .cache/templates/ (git-ignored). Offline the corpus tests skip.
+.PHONY: templates
+templates: | $(STAMP)
+	$(BIN)/python -m tests.template_corpus
 
 # tmux for the end-to-end tests, from the system packages when it is missing: apt-get
 # (Debian, Ubuntu) as root or with password-less sudo; the package lists are refreshed

@@ -116,3 +116,21 @@ def test_the_readme_turn_actions_paragraph_names_the_keys_of_the_key_table() -> 
     for action in ("regenerate", "edit_last", "version(-1)", "version(1)", "continue_reply"):
         shown = named[action].replace("ctrl+", "Ctrl+").upper().replace("CTRL+", "Ctrl+")
         assert shown in paragraph, (action, shown)
+
+
+def test_the_readme_settings_and_options_tables_list_every_key_and_flag() -> None:
+    from tui_chat.cli import build_parser
+    from tui_chat.config import KEYS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    settings = dict(re.findall(r"^\| `(\w+)` \|\s*(?:`(--[\w-]+)`[^|]*)?\|", readme, re.M))
+    for key in KEYS.values():
+        if key.name == "api_key":
+            continue  # refused in the file on purpose (the README says why)
+        assert key.name in settings, key.name
+        assert settings[key.name] == (key.flag or ""), (key.name, settings[key.name])
+    options = readme[readme.index("### Options") : readme.index("## Settings")]
+    documented = set(re.findall(r"`(?:-\w, )?(--[\w-]+)", options))
+    flags = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
+    assert documented <= flags, documented - flags
+    assert flags - {"--help"} <= documented | {f for f in flags if "--top" in f}, flags - documented

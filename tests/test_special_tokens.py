@@ -224,21 +224,27 @@ def test_c39_offload_asked_of_a_build_without_it_warns_once(model_path: Path) ->
     assert len(info.notices) == 1 and "GPU offload" in info.notices[0]
 
 
-def copy_gguf(src: Path, dst: Path, strings: dict[str, str]) -> Path:
-    """``src`` with the string keys in ``strings`` set (weights and all else kept)."""
+def copy_gguf(
+    src: Path, dst: Path, strings: dict[str, str], uint32s: dict[str, int] | None = None
+) -> Path:
+    """``src`` with the string keys in ``strings`` and the uint32 keys in ``uint32s``
+    set (weights and all else kept)."""
+    uint32s = uint32s or {}
     reader = GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
     writer = GGUFWriter(str(dst), arch)
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
-        if field.name in strings:
+        if field.name in strings or field.name in uint32s:
             continue
         vtype = field.types[0]
         sub_type = field.types[-1] if vtype == GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub_type)
     for key, value in strings.items():
         writer.add_string(key, value)
+    for key, number in uint32s.items():
+        writer.add_uint32(key, number)
     for t in reader.tensors:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     writer.write_header_to_file()
@@ -253,8 +259,13 @@ def copy_gguf(src: Path, dst: Path, strings: dict[str, str]) -> Path:
 @pytest.mark.parametrize(
     ("template", "status", "words"),
     [
-        # Compiles, then refuses every conversation with a hostile message.
-        ("{{ raise_exception('" + HOSTILE.replace("\\", "\\\\") + "') }}", 1, b"failed"),
+        # Compiles, then refuses every conversation with a hostile message: said once,
+        # at load, and the built-in format it resembles answers (issue 19).
+        (
+            "{{ raise_exception('" + HOSTILE.replace("\\", "\\\\") + "') }}",
+            0,
+            b"cannot render a conversation",
+        ),
         # Does not compile: llama-cpp-python refuses to load the file.
         ("{% for m in messages %}" + HOSTILE + "{% endfor", 2, b"not valid Jinja"),
     ],

@@ -347,8 +347,9 @@ KEYS: dict[str, Key] = {
             "models/)", "--model", metavar="PATH"),
         Key("model_dirs", _paths, "more folders the model picker (F3) lists .gguf files from, "
             "besides models/", None, from_text=_list_text),
-        Key("n_ctx", _int_in(1, 1 << 24, " (tokens)"), "context window in tokens", "--n-ctx",
-            from_text=_number_text, metavar="N"),
+        Key("n_ctx", _int_in(1, 1 << 24, " (tokens)"), "context window in tokens (the "
+            "default is lowered to what the model was trained for; more than that is kept, "
+            "and said)", "--n-ctx", from_text=_number_text, metavar="N"),
         Key("n_gpu_layers", _int_in(-1, 100_000, "; -1 = all"),
             "layers offloaded to the GPU, -1 = all (needs a CUDA build: make run CUDA=1)",
             "--n-gpu-layers", from_text=_number_text, metavar="N"),

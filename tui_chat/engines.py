@@ -50,6 +50,7 @@ def make_engine(config: Config) -> Engine:
     return LlamaEngine(
         header,
         n_ctx=config.n_ctx,
+        n_ctx_chosen=config.origins.get("n_ctx", "default") != "default",
         n_gpu_layers=config.n_gpu_layers,
         n_threads=config.threads or default_threads(),
         n_batch=config.n_batch,

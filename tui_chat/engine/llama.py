@@ -36,7 +36,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,9 @@ from tui_chat.engine.modelfile import (
     check_fits_in_memory,
     check_model_file,
     checked_metadata,
+    fit_context,
     read_model_header,
+    read_trained_context,
     total_memory_bytes,
 )
 from tui_chat.engine.prompt import Prompt, content, normalize, tokenize_parts
@@ -82,7 +84,7 @@ from tui_chat.engine.snapshot import (
     write_header,
 )
 from tui_chat.engine.splice import Mark, Splice
-from tui_chat.engine.templates import ChatTemplate, choose_template
+from tui_chat.engine.templates import ChatTemplate, RenderError, choose_template
 
 FLASH_ATTENTION = True
 """llama.cpp's flash attention. Its own tools default to "auto" (on where the backend
@@ -146,7 +148,10 @@ class LlamaEngine:
         model: a GGUF file whose header the CLI read
             (:func:`~tui_chat.engine.modelfile.read_model_header`), or a path; either
             way :meth:`load` checks the whole file before the native load.
-        n_ctx: context window in tokens.
+        n_ctx: context window in tokens (the loaded window once loaded).
+        n_ctx_chosen: the user chose ``n_ctx``; when False (the run's default) it is
+            lowered to what the model was trained for
+            (:func:`~tui_chat.engine.modelfile.fit_context`).
         n_gpu_layers: layers to offload to the GPU; -1 offloads all (CUDA builds only,
             a CPU build ignores it).
         n_threads: CPU threads for decode; None lets llama-cpp-python choose (half
@@ -163,6 +168,9 @@ class LlamaEngine:
         preflight: called first by :meth:`load`, on the engine thread; raises an
             :class:`EngineError` to refuse the load (the build does not fit this CPU:
             :func:`tui_chat.engines.make_engine`).
+        template_kwargs: more variables for the model's Jinja template, as
+            transformers' ``apply_chat_template`` keyword arguments
+            (``{"enable_thinking": False}``); None passes none.
     """
 
     def __init__(
@@ -170,6 +178,7 @@ class LlamaEngine:
         model: ModelHeader | str | Path,
         *,
         n_ctx: int = 4096,
+        n_ctx_chosen: bool = True,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         n_batch: int = 256,
@@ -177,10 +186,12 @@ class LlamaEngine:
         log_path: Path | None = None,
         default_system_prompt: str | None = None,
         preflight: Callable[[], None] | None = None,
+        template_kwargs: Mapping[str, object] | None = None,
     ) -> None:
         self._header = model if isinstance(model, ModelHeader) else None
         self.model_path = model.path if isinstance(model, ModelHeader) else Path(model)
         self.n_ctx = n_ctx
+        self.n_ctx_chosen = n_ctx_chosen
         self.n_gpu_layers = n_gpu_layers
         self.n_threads = n_threads
         self.n_batch = n_batch
@@ -188,8 +199,13 @@ class LlamaEngine:
         self.log_path = log_path
         self.default_system_prompt = default_system_prompt
         self._preflight = preflight
+        self.template_kwargs = dict(template_kwargs or {})
         self._llm: Any = None
         self._template: ChatTemplate | None = None
+        # Notices for the next PrefillDone, and whether the template's fallback was
+        # announced (once per load).
+        self._notices: list[str] = []
+        self._fell_back = False
         self._info: ModelInfo | None = None
         self._busy = threading.Lock()
         # The parts and tokens fed for the last turn (prompt + reply), with message
@@ -259,13 +275,19 @@ class LlamaEngine:
         import jinja2
         import llama_cpp
 
+        # The default window is lowered to what the model was trained for; a chosen
+        # one beyond it is kept, and said (issue 19).
+        trained = read_trained_context(header.path, header.architecture)
+        n_ctx, context_note = fit_context(self.n_ctx, self.n_ctx_chosen, trained)
+        if context_note is not None:
+            notices.append(context_note)
         n_before = len(native_log.recent_lines(200))
         hook: _ProgressHook | None = None
         try:
             with load_progress(on_progress) as hook:
                 llm = llama_cpp.Llama(
                     model_path=str(header.path),
-                    n_ctx=self.n_ctx,
+                    n_ctx=n_ctx,
                     n_gpu_layers=self.n_gpu_layers,
                     n_threads=self.n_threads,
                     n_batch=self.n_batch,
@@ -294,6 +316,7 @@ class LlamaEngine:
                 hook.raise_interrupt()
                 raise LoadCancelled(f"the load of {self.model_path.name} was stopped")
         self._llm = llm
+        self.n_ctx = llm.n_ctx()
         vocab = llm._model.vocab
         self._vocab = vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
@@ -309,10 +332,16 @@ class LlamaEngine:
         metadata["general.architecture"] = header.architecture
         try:
             self._template, note = choose_template(
-                metadata, self.chat_format, bos_text, eos_text, strip_bos=self._bos is not None
+                metadata,
+                self.chat_format,
+                bos_text,
+                eos_text,
+                strip_bos=self._bos is not None,
+                variables=self.template_kwargs,
             )
         except ValueError as exc:
             raise EngineError(str(exc)) from exc
+        self._notices, self._fell_back = [], False
         if note:
             notices.append(note)
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
@@ -427,7 +456,9 @@ class LlamaEngine:
 
         Raises:
             EngineError: the chat template refused the conversation (a Jinja
-                template's ``raise_exception``, or an error inside the template).
+                template's ``raise_exception``, or an error inside the template) and
+                there is no built-in format to fall back to (``--chat-format
+                jinja``... see :meth:`render`).
         """
         parts, tokens, _ = self._prompt(messages)
         return parts, tokens
@@ -436,29 +467,36 @@ class LlamaEngine:
         """The prompt parts of a conversation, as :meth:`prompt_tokens` renders them
         (the default system prompt added when it has none).
 
+        A conversation the model's Jinja template cannot render (one it was not tried
+        on at load: two user messages in a row for a template that demands
+        alternation...) is written in the built-in format the template resembles; the
+        first time, a notice says so (it goes out with the next
+        :class:`~tui_chat.engine.base.PrefillDone`), never one per message.
+
         Raises:
-            EngineError: the chat template refused the conversation.
+            EngineError: the chat template refused the conversation and has no
+                built-in format to fall back to.
         """
         assert self._template is not None
-        import jinja2
-
         if self.default_system_prompt is not None and all(m["role"] != "system" for m in messages):
             messages = [{"role": "system", "content": self.default_system_prompt}, *messages]
         try:
-            if messages and messages[-1]["role"] == "assistant":
-                # Continue a reply: the prompt ends inside the assistant's turn, with its
-                # text so far and no end-of-turn glue, so the model carries on the same
-                # message. It is the prompt of the conversation before that reply
-                # (which ends with the assistant's turn header) plus the reply's text:
-                # the splice of that reply, so the KV cache is reused to its last token.
-                head = self._template.render(messages[:-1])
-                return normalize((*head, content(messages[-1]["content"])))
-            return normalize(self._template.render(messages))
-        except (jinja2.TemplateError, ValueError, TypeError, LookupError) as exc:
-            # The message may come from the GGUF (a template's raise_exception): quoted.
-            raise EngineError(
-                f"the chat template failed on this conversation: {str(exc)[:200]!r}"
-            ) from exc
+            return _render(self._template, messages)
+        except RenderError as exc:
+            fallback = self._template.fallback
+            if fallback is None:
+                # The message may come from the GGUF (a template's raise_exception): quoted.
+                raise EngineError(
+                    f"the chat template failed on this conversation: {str(exc)[:200]!r}"
+                ) from exc
+            if not self._fell_back:
+                self._fell_back = True
+                self._notices.append(
+                    f"the model's chat template cannot render this conversation "
+                    f"({str(exc)[:200]!r}); it is written in the built-in {fallback.name} "
+                    "format, and so is any other it cannot render (said once)"
+                )
+            return _render(fallback, messages)
 
     def _prompt(self, messages: Sequence[ChatMessage]) -> tuple[Prompt, list[int], Mark]:
         """(parts, tokens, the splice mark reused) for a conversation."""
@@ -475,7 +513,12 @@ class LlamaEngine:
     def _fit(
         self, messages: Sequence[ChatMessage], max_tokens: int
     ) -> tuple[Prompt, list[int], Mark, int]:
-        """Drop the oldest turns (keeping system messages) until the prompt fits."""
+        """Drop the oldest turns until the prompt fits; returns the messages dropped.
+
+        A user message leaves with the assistant's reply to it, so the history keeps
+        the user/assistant alternation many templates demand (Mistral's and Gemma's
+        raise otherwise); system messages stay.
+        """
         reserve = min(max_tokens, self.n_ctx // 4)
         msgs = list(messages)
         dropped = 0
@@ -485,11 +528,22 @@ class LlamaEngine:
             parts, tokens, mark = self._prompt(msgs)
             if len(tokens) + reserve <= self.n_ctx:
                 return parts, tokens, mark, dropped
-            idx = next((i for i, m in enumerate(msgs[:-keep]) if m["role"] != "system"), None)
+            droppable = len(msgs) - keep
+            idx = next((i for i in range(droppable) if msgs[i]["role"] != "system"), None)
             if idx is None:
                 raise ContextOverflowError(len(tokens), self.n_ctx, reserve)
-            del msgs[idx]
-            dropped += 1
+            pair = (
+                idx + 1 < droppable
+                and msgs[idx]["role"] == "user"
+                and msgs[idx + 1]["role"] == "assistant"
+            )
+            n = 2 if pair else 1
+            del msgs[idx : idx + n]
+            dropped += n
+
+    def _take_notices(self) -> tuple[str, ...]:
+        notices, self._notices = tuple(self._notices), []
+        return notices
 
     def generate(
         self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
@@ -566,6 +620,7 @@ class LlamaEngine:
                         n_evaluated=len(tokens) - lcp,
                         prefill_ms=(now - t0) * 1000,
                         trimmed_messages=dropped,
+                        notices=self._take_notices(),
                     )
                 step_ms = (now - step_start) * 1000
                 if self._is_eog(self._vocab, token):
@@ -613,7 +668,7 @@ class LlamaEngine:
 
         Args:
             model_sha256: the model file's SHA-256 (hex); the caller computes it once
-                per file (see :mod:`tui_chat.kvcache`), as hashing a large model takes
+                per file (see :mod:`tui_chat.history.kvcache`), as hashing a large model takes
                 seconds.
 
         Floats are stored as ``float.hex()`` strings so that they compare exactly.
@@ -807,6 +862,24 @@ class LlamaEngine:
         llm, self._llm = self._llm, None
         if llm is not None:
             llm.close()
+
+
+def _render(template: ChatTemplate, messages: Sequence[ChatMessage]) -> Prompt:
+    """``messages`` as ``template`` writes them.
+
+    When the last message is the assistant's, the prompt ends inside it, with its
+    text so far and no end-of-turn glue, so the model carries on the same message. It
+    is the prompt of the conversation before that reply (which ends with the
+    assistant's turn header) plus the reply's text: the splice of that reply, so the
+    KV cache is reused to its last token.
+
+    Raises:
+        RenderError: the template cannot render this conversation.
+    """
+    if messages and messages[-1]["role"] == "assistant":
+        head = template.render(messages[:-1])
+        return normalize((*head, content(messages[-1]["content"])))
+    return normalize(template.render(messages))
 
 
 class _ProgressHook:

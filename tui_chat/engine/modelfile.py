@@ -244,6 +244,7 @@ _SCALAR_SIZES = {
     _T.UINT8: 1, _T.INT8: 1, _T.BOOL: 1, _T.UINT16: 2, _T.INT16: 2, _T.UINT32: 4,
     _T.INT32: 4, _T.FLOAT32: 4, _T.UINT64: 8, _T.INT64: 8, _T.FLOAT64: 8,
 }  # fmt: skip
+_FLOAT_FORMATS = {_T.FLOAT32: "<f", _T.FLOAT64: "<d"}
 _STRING, _ARRAY = _T.STRING, _T.ARRAY
 
 
@@ -415,6 +416,7 @@ def _tensor_data_span(buf: mmap.mmap) -> tuple[int, int] | None:
 
 _WANTED_STRINGS = (b"general.architecture", b"general.name", b"general.size_label")
 _CHAT_TEMPLATE_KEY = b"tokenizer.chat_template"
+_ROPE_SCALING_TYPE = b".rope.scaling.type"
 
 
 @dataclass
@@ -427,6 +429,7 @@ class _Scan:
         n_params: elements of all tensors (the parameter count).
         strings: the :data:`_WANTED_STRINGS` found, raw bytes (at most 4 KiB each).
         ints: unsigned/signed integer values of the scalar keys, by key.
+        floats: float values of the scalar keys, by key.
         has_chat_template: a non-empty ``tokenizer.chat_template`` is present.
         bytes_by_type: tensor data bytes per ggml type id (known types only).
     """
@@ -436,6 +439,7 @@ class _Scan:
     n_params: int = 0
     strings: dict[bytes, bytes] = dataclasses.field(default_factory=dict)
     ints: dict[bytes, int] = dataclasses.field(default_factory=dict)
+    floats: dict[bytes, float] = dataclasses.field(default_factory=dict)
     has_chat_template: bool = False
     bytes_by_type: dict[int, int] = dataclasses.field(default_factory=dict)
 
@@ -444,6 +448,56 @@ _INT_FORMATS = {
     _T.UINT8: "<B", _T.INT8: "<b", _T.UINT16: "<H", _T.INT16: "<h", _T.UINT32: "<I",
     _T.INT32: "<i", _T.UINT64: "<Q", _T.INT64: "<q",
 }  # fmt: skip
+
+
+def _skip_str(buf: mmap.mmap, at: int) -> int:
+    (n,) = struct.unpack_from("<Q", buf, at)
+    return int(at + 8 + n)
+
+
+def _read_key_values(buf: mmap.mmap, found: _Scan, stop_at: bytes | None = None) -> int:
+    """Walk the key/value table into ``found``; returns the offset after it (or of the
+    first key starting with ``stop_at``, where the walk stops).
+
+    Raises:
+        ValueError, struct.error: the table is malformed or cut short.
+    """
+    u = struct.unpack_from
+    (n_kv,) = u("<Q", buf, 16)
+    off = 24
+    for _ in range(n_kv):
+        key_end = _skip_str(buf, off)
+        key = buf[off + 8 : key_end]
+        if stop_at is not None and key.startswith(stop_at):
+            return off
+        (vtype,) = u("<I", buf, key_end)
+        off = key_end + 4
+        if vtype == _STRING:
+            end = _skip_str(buf, off)
+            if key in _WANTED_STRINGS or key.endswith(_ROPE_SCALING_TYPE):
+                found.strings[key] = buf[off + 8 : min(end, off + 8 + 4096)]
+            elif key == _CHAT_TEMPLATE_KEY:
+                found.has_chat_template = end > off + 8
+            off = end
+        elif vtype in _SCALAR_SIZES:
+            if vtype in _INT_FORMATS:
+                (found.ints[key],) = u(_INT_FORMATS[vtype], buf, off)
+            elif vtype in _FLOAT_FORMATS:
+                (found.floats[key],) = u(_FLOAT_FORMATS[vtype], buf, off)
+            off += _SCALAR_SIZES[vtype]
+        elif vtype == _ARRAY:
+            etype, count = u("<IQ", buf, off)
+            off += 12
+            if etype == _STRING:
+                for _ in range(count):
+                    off = _skip_str(buf, off)
+            elif etype in _SCALAR_SIZES:
+                off += _SCALAR_SIZES[etype] * count
+            else:
+                raise ValueError(f"array of value type {etype} for key {key[:64]!r}")
+        else:
+            raise ValueError(f"unknown value type {vtype} for key {key[:64]!r}")
+    return off
 
 
 def _scan(buf: mmap.mmap) -> _Scan:
@@ -461,46 +515,13 @@ def _scan(buf: mmap.mmap) -> _Scan:
     """
     u = struct.unpack_from
     found = _Scan()
-
-    def skip_str(at: int) -> int:
-        (n,) = u("<Q", buf, at)
-        return at + 8 + n
-
-    _magic, _version, n_tensors, n_kv = u("<4sIQQ", buf, 0)
-    off = 24
-    for _ in range(n_kv):
-        key_end = skip_str(off)
-        key = buf[off + 8 : key_end]
-        (vtype,) = u("<I", buf, key_end)
-        off = key_end + 4
-        if vtype == _STRING:
-            end = skip_str(off)
-            if key in _WANTED_STRINGS:
-                found.strings[key] = buf[off + 8 : min(end, off + 8 + 4096)]
-            elif key == _CHAT_TEMPLATE_KEY:
-                found.has_chat_template = end > off + 8
-            off = end
-        elif vtype in _SCALAR_SIZES:
-            if vtype in _INT_FORMATS:
-                (found.ints[key],) = u(_INT_FORMATS[vtype], buf, off)
-            off += _SCALAR_SIZES[vtype]
-        elif vtype == _ARRAY:
-            etype, count = u("<IQ", buf, off)
-            off += 12
-            if etype == _STRING:
-                for _ in range(count):
-                    off = skip_str(off)
-            elif etype in _SCALAR_SIZES:
-                off += _SCALAR_SIZES[etype] * count
-            else:
-                raise ValueError(f"array of value type {etype} for key {key[:64]!r}")
-        else:
-            raise ValueError(f"unknown value type {vtype} for key {key[:64]!r}")
+    _magic, _version, n_tensors, _n_kv = u("<4sIQQ", buf, 0)
+    off = _read_key_values(buf, found)
     alignment = found.ints.get(b"general.alignment", _GGUF_DEFAULT_ALIGNMENT)
     data_bytes = 0
     quant_sizes = _gguf_constants().GGML_QUANT_SIZES
     for _ in range(n_tensors):
-        off = skip_str(off)
+        off = _skip_str(buf, off)
         (n_dims,) = u("<I", buf, off)
         dims = u(f"<{n_dims}Q", buf, off + 4)
         ttype, t_offset = u("<IQ", buf, off + 4 + 8 * n_dims)
@@ -683,3 +704,89 @@ def list_model_files(folders: Sequence[Path]) -> tuple[list[Path], list[str]]:
                 problems.append(f"more than {MAX_LISTED_FILES} files: the rest is not listed")
                 return found, problems
     return found, problems
+
+
+@dataclass(frozen=True)
+class TrainedContext:
+    """The context a model was trained for, as its GGUF declares it.
+
+    Attributes:
+        n_ctx_train: ``{architecture}.context_length``, in tokens; 0 when unknown.
+        rope_scaling: ``{architecture}.rope.scaling.type`` ("" when absent).
+        rope_factor: ``{architecture}.rope.scaling.factor`` (1.0 when absent).
+        n_ctx_original: ``{architecture}.rope.scaling.original_context_length``, the
+            length before scaling (0 when absent).
+    """
+
+    n_ctx_train: int = 0
+    rope_scaling: str = ""
+    rope_factor: float = 1.0
+    n_ctx_original: int = 0
+
+    @property
+    def limit(self) -> int:
+        """The longest context the model handles, in tokens (0: unknown): the trained
+        length, or the scaled one where the GGUF declares RoPE scaling (YaRN, linear)
+        that stretches it further."""
+        scaled = 0
+        if self.rope_scaling not in ("", "none") and self.rope_factor > 1.0:
+            scaled = int((self.n_ctx_original or self.n_ctx_train) * self.rope_factor)
+        return max(self.n_ctx_train, scaled)
+
+
+def read_trained_context(path: str | Path, architecture: str) -> TrainedContext:
+    """Read :class:`TrainedContext` from the GGUF at ``path``, whose architecture is
+    ``architecture`` (from :func:`read_model_header`); an unreadable file or an unknown
+    architecture gives the empty one (nothing known).
+
+    Reads the key/value table up to the first ``tokenizer.`` key when the context length
+    came before it, as llama.cpp's converters write it (the vocabulary is what costs
+    time to walk: 50 ms for a 262k-token one), else the whole table.
+    """
+    if not architecture:
+        return TrainedContext()
+    arch = architecture.encode()
+    found = _Scan()
+    try:
+        with Path(path).open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if buf[:4] != GGUF_MAGIC:
+                return TrainedContext()
+            _read_key_values(buf, found, stop_at=b"tokenizer.")
+            if arch + b".context_length" not in found.ints:
+                _read_key_values(buf, found)
+    except (OSError, ValueError, OverflowError, struct.error):
+        return TrainedContext()
+    rope_type = found.strings.get(arch + _ROPE_SCALING_TYPE, b"")
+    return TrainedContext(
+        n_ctx_train=max(0, found.ints.get(arch + b".context_length", 0)),
+        rope_scaling=rope_type.decode("ascii", "replace")[:32],
+        rope_factor=float(found.floats.get(arch + b".rope.scaling.factor", 1.0)),
+        n_ctx_original=max(0, found.ints.get(arch + b".rope.scaling.original_context_length", 0)),
+    )
+
+
+def fit_context(n_ctx: int, chosen: bool, trained: TrainedContext) -> tuple[int, str | None]:
+    """The context window to create for a model, and a notice when it is more than the
+    model was trained for.
+
+    Args:
+        n_ctx: the window asked for, in tokens (``--n-ctx``, or the default).
+        chosen: the user set it (flag, environment, config file); False for the
+            default, which is lowered to what the model was trained for.
+        trained: what the GGUF declares (:func:`read_trained_context`).
+
+    Returns:
+        (the window in tokens, one line for the user or None). A chosen window beyond
+        :attr:`TrainedContext.limit` is kept (the user asked for it), and said: past the
+        trained length a model's replies lose the thread.
+    """
+    limit = trained.limit
+    if not limit or n_ctx <= limit:
+        return n_ctx, None
+    if not chosen:
+        return limit, None
+    return n_ctx, (
+        f"--n-ctx {n_ctx} is more than the {limit} tokens this model was trained for: "
+        "past that, replies may lose the thread (the GGUF declares no RoPE scaling that "
+        "covers it)"
+    )

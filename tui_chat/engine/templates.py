@@ -3,7 +3,11 @@
 Choice order (see :func:`choose_template`):
 
 1. ``--chat-format NAME`` when given;
-2. the GGUF's own ``tokenizer.chat_template`` (Jinja), rendered in a sandbox;
+2. the GGUF's own ``tokenizer.chat_template`` (Jinja), rendered in the sandbox and
+   with the globals transformers gives templates (:func:`jinja_template`), tried on a
+   conversation when it is loaded (:func:`fit_jinja`): one that refuses the system role
+   gets the system prompt folded into the first user message, one that renders nothing
+   is replaced by the built-in format it resembles, and either says so once;
 3. a built-in format chosen by ``general.architecture``.
 
 Step 3 matters for the bundled Gemma 3 270M: its GGUF has no template, and
@@ -19,12 +23,18 @@ adds a BOS token id itself: many Jinja templates write ``{{ bos_token }}``.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.prompt import Prompt, PromptPart, content, glue, normalize
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 MAX_TEMPLATE_CHARS = 1 << 20
 """Longest ``tokenizer.chat_template`` used (characters). Published templates are
@@ -40,11 +50,14 @@ class ChatTemplate:
         render: messages -> prompt parts ending with the assistant's turn header.
         stop_strings: turn markers that end a reply if the model writes them as text;
             the engine also stops on the model's end-of-generation tokens.
+        fallback: the built-in format for a conversation this template cannot
+            render (a Jinja template's :class:`RenderError`), or None.
     """
 
     name: str
     render: Callable[[Sequence[ChatMessage]], Prompt]
     stop_strings: tuple[str, ...]
+    fallback: ChatTemplate | None = None
 
 
 def _merge_system(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -211,21 +224,102 @@ def _fill(pieces: Sequence[str | int], contents: Sequence[str], real: str) -> Pr
     return normalize(glue(p) if isinstance(p, str) else content(contents[p]) for p in pieces)
 
 
+class RenderError(ValueError):
+    """A chat template could not render a conversation.
+
+    The message says why; it may quote the GGUF (a template's ``raise_exception``), so
+    it is shown through the sanitiser.
+    """
+
+
+_RESERVED_VARIABLES = frozenset({"messages", "add_generation_prompt"})
+
+
+@functools.cache
+def _sandbox() -> ImmutableSandboxedEnvironment:
+    """The Jinja environment chat templates are written for, as transformers builds it.
+
+    An immutable sandbox with ``trim_blocks`` and ``lstrip_blocks``; the loop controls
+    ``{% break %}`` and ``{% continue %}`` (``jinja2.ext.loopcontrols``); Hugging Face's
+    ``{% generation %}...{% endgeneration %}`` (it marks the assistant's tokens for a
+    training mask; rendering keeps its body as it is); ``raise_exception(message)``;
+    and ``tojson`` with transformers' arguments, which leaves ``<``, ``>``, ``&`` and
+    non-ASCII text as they are (Jinja's own escapes them for HTML). ``namespace`` is
+    Jinja's own. ``strftime_now`` is given per render (:func:`jinja_template`).
+    Shared: it holds no state of a template or a render.
+    """
+    import json
+
+    import jinja2
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+    from jinja2.parser import Parser
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Parser) -> nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            # A call block, so the body keeps its own scope as in transformers.
+            block = nodes.CallBlock(self.call_method("_body"), [], [], body)
+            return block.set_lineno(lineno)
+
+        def _body(self, caller: Callable[[], str]) -> str:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise RenderError(message)
+
+    def tojson(
+        value: object,
+        ensure_ascii: bool = False,
+        indent: int | str | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(
+            value,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols, GenerationTag],
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
 def jinja_template(
     source: str,
     bos_token: str,
     eos_token: str,
     *,
     strip_bos: bool = True,
-    fallback: ChatTemplate | None = None,
+    variables: Mapping[str, object] | None = None,
 ) -> ChatTemplate:
     """Build a template from a GGUF's ``tokenizer.chat_template`` (Jinja2, sandboxed).
+
+    The template sees what transformers gives it (:func:`_sandbox`): ``messages``,
+    ``add_generation_prompt`` (true), ``bos_token`` and ``eos_token``,
+    ``strftime_now(format)`` (the local time, one instant for the whole render), and
+    ``variables``. ``tools`` and ``documents`` stay undefined, as llama.cpp leaves them
+    without tools: transformers sets them to None, which the tool-use templates of
+    Command R+ and Hermes 2 Pro and 3 cannot iterate. llama.cpp also passes
+    ``date_string``, ``datetime`` and ``enable_thinking`` (true); transformers does
+    not, and neither do we unless ``variables`` says so.
 
     Each render runs the template twice: with the real messages, and with a unique
     mark in place of each message's content. The marks show where content goes, so
     the glue between them is the template's own text; content is then put back as
-    the real rendering shows it (see :func:`_fill`). A template that mangles the marks
-    renders with ``fallback`` instead.
+    the real rendering shows it (see :func:`_fill`).
 
     Args:
         source: the template.
@@ -233,43 +327,51 @@ def jinja_template(
         eos_token: text of the EOS token, also a stop string.
         strip_bos: remove a leading ``bos_token`` from the output (set when the
             engine adds the BOS token id itself).
-        fallback: the built-in format for templates that mangle the marks.
+        variables: more template variables, as transformers' ``apply_chat_template``
+            keyword arguments (``enable_thinking=False``...); not ``messages`` or
+            ``add_generation_prompt``.
 
     Raises:
-        ValueError: the template does not compile, or is over
-            :data:`MAX_TEMPLATE_CHARS`. Its render raises ``ValueError`` (the
-            template's ``raise_exception``) or ``jinja2.TemplateError``.
+        ValueError: the template does not compile, is over
+            :data:`MAX_TEMPLATE_CHARS`, or ``variables`` names a reserved variable.
+            Its render raises :class:`RenderError`: the template raised
+            (``raise_exception``, an undefined variable...) or mangled the marks, so
+            that no content boundary can be trusted.
     """
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     if len(source) > MAX_TEMPLATE_CHARS:
         raise ValueError(f"chat template of {len(source)} characters is too long")
-
-    def raise_exception(message: str) -> None:
-        raise ValueError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    extra = dict(variables or {})
+    if reserved := sorted(_RESERVED_VARIABLES & extra.keys()):
+        raise ValueError(f"template variables {reserved} are set by the engine")
     try:
-        compiled = env.from_string(source)
+        compiled = _sandbox().from_string(source)
     except jinja2.TemplateError as exc:
         raise ValueError(f"chat template does not compile: {exc}") from exc
 
-    def run(messages: list[dict[str, str]]) -> str:
-        text = compiled.render(
-            messages=messages,
-            add_generation_prompt=True,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            raise_exception=raise_exception,
-        )
+    def run(messages: list[dict[str, str]], now: datetime.datetime) -> str:
+        try:
+            text = compiled.render(
+                bos_token=bos_token,
+                eos_token=eos_token,
+                strftime_now=now.strftime,
+                **extra,
+                messages=messages,
+                add_generation_prompt=True,
+            )
+        except RenderError:
+            raise
+        except Exception as exc:  # untrusted code: anything it raises is its failure
+            raise RenderError(str(exc) or type(exc).__name__) from exc
         if strip_bos and bos_token and text.startswith(bos_token):
             text = text[len(bos_token) :]
         return text
 
     def render(messages: Sequence[ChatMessage]) -> Prompt:
         contents = [m["content"] for m in messages]
-        real = run([{"role": m["role"], "content": m["content"]} for m in messages])
+        now = datetime.datetime.now()
+        real = run([{"role": m["role"], "content": m["content"]} for m in messages], now)
         import secrets  # with hashlib and OpenSSL: 5 ms before the first frame (issue 16)
 
         nonce = secrets.token_hex(8)
@@ -278,23 +380,69 @@ def jinja_template(
                 [
                     {"role": m["role"], "content": _MARK.format(nonce=nonce, index=i)}
                     for i, m in enumerate(messages)
-                ]
+                ],
+                now,
             )
-        except (jinja2.TemplateError, ValueError, TypeError, LookupError):
+        except RenderError:
             pieces = None
         else:
             pieces = _split_marked(marked, nonce)
         if pieces is None:
-            if fallback is None:
-                raise ValueError("the chat template changes message content in a way "
-                                 "that hides where it is")  # fmt: skip
-            return fallback.render(messages)
+            raise RenderError("the chat template changes message content in a way that hides "
+                              "where it is")  # fmt: skip
         return _fill(pieces, contents, real)
 
     stops = tuple(s for s in _KNOWN_MARKERS if s in source)
     if eos_token and eos_token not in stops:
         stops += (eos_token,)
     return ChatTemplate("jinja", render, stops)
+
+
+PROBE: tuple[ChatMessage, ...] = (
+    {"role": "system", "content": "Answer in one sentence."},
+    {"role": "user", "content": "Hello."},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+    {"role": "user", "content": "What is the capital of France?"},
+)
+"""The conversation a Jinja template is tried on when it is loaded."""
+
+
+def fit_jinja(template: ChatTemplate, fallback: ChatTemplate) -> tuple[ChatTemplate, str | None]:
+    """Try a Jinja template on :data:`PROBE` (with and without its system message).
+
+    A template that refuses the system role (Gemma 2: "System role not supported")
+    gets the system prompt folded into the first user message, as a paragraph before
+    the user's text, as llama.cpp does for such templates (``chat.cpp``,
+    ``system_message_not_supported``; it joins them with one newline, we with a blank
+    line). A template that renders neither conversation is not used.
+
+    Returns:
+        The template to use (``template``, ``template`` with the fold, or
+        ``fallback``), and a one-line note for the user when it is not ``template``
+        as it is, else None. A template returned has ``fallback`` set.
+    """
+    probe = list(PROBE)
+    try:
+        template.render(probe)
+    except RenderError as with_system:
+        try:
+            template.render(_merge_system(probe))
+        except RenderError:
+            return fallback, (
+                f"the model's chat template cannot render a conversation "
+                f"({str(with_system)[:200]!r}); using the built-in {fallback.name} format "
+                "(--chat-format changes it)"
+            )
+        inner = template.render
+
+        def folded(messages: Sequence[ChatMessage]) -> Prompt:
+            return inner(_merge_system(messages))
+
+        return replace(template, render=folded, fallback=fallback), (
+            f"the model's chat template has no system role ({str(with_system)[:200]!r}): "
+            "a system prompt is put at the start of the first user message"
+        )
+    return replace(template, fallback=fallback), None
 
 
 # Turn markers in a Jinja template's source -> the built-in format that writes them.
@@ -321,6 +469,7 @@ def choose_template(
     eos_token: str = "",
     *,
     strip_bos: bool = True,
+    variables: Mapping[str, object] | None = None,
 ) -> tuple[ChatTemplate, str | None]:
     """Pick the chat template for a model.
 
@@ -332,10 +481,12 @@ def choose_template(
         eos_token: text of the EOS token, a stop string for Jinja templates.
         strip_bos: the engine adds the BOS token id itself, so a leading BOS text is
             removed from Jinja output.
+        variables: more variables for a Jinja template (see :func:`jinja_template`).
 
     Returns:
         The template, and a one-line note for the user when the GGUF's own template
-        could not be used (it does not compile, or is too long), else None.
+        is not used as it is (it does not compile, is too long, cannot render a
+        conversation, or refuses the system role: :func:`fit_jinja`), else None.
 
     Raises:
         ValueError: unknown ``override``, or ``"jinja"`` asked of a GGUF with none
@@ -344,31 +495,31 @@ def choose_template(
     source = metadata.get("tokenizer.chat_template", "")
     arch = metadata.get("general.architecture", "")
     fallback = _builtin_for(source, arch)
-    if override:
-        if override == "jinja":
-            if not source:
-                raise ValueError("--chat-format jinja: this GGUF has no tokenizer.chat_template")
-            template = jinja_template(
-                source, bos_token, eos_token, strip_bos=strip_bos, fallback=fallback
-            )
-            return template, None
+    if override and override != "jinja":
         if override not in BUILTIN_TEMPLATES:
             names = ", ".join([*BUILTIN_TEMPLATES, "jinja"])
             raise ValueError(f"unknown --chat-format {override!r}; choose one of: {names}")
         return BUILTIN_TEMPLATES[override], None
-    if source:
-        try:
-            template = jinja_template(
-                source, bos_token, eos_token, strip_bos=strip_bos, fallback=fallback
-            )
-            return template, None
-        except ValueError as exc:
-            # A broken template falls back to the built-in format it resembles.
-            return fallback, (
-                f"the model's chat template cannot be used ({str(exc)[:200]!r}); using the "
-                f"built-in {fallback.name} format (--chat-format changes it)"
-            )
-    return BUILTIN_TEMPLATES[ARCH_TEMPLATES.get(arch, "chatml")], None
+    if override and not source:
+        raise ValueError("--chat-format jinja: this GGUF has no tokenizer.chat_template")
+    if not source:
+        return BUILTIN_TEMPLATES[ARCH_TEMPLATES.get(arch, "chatml")], None
+    try:
+        template = jinja_template(
+            source, bos_token, eos_token, strip_bos=strip_bos, variables=variables
+        )
+    except ValueError as exc:
+        if override:
+            raise ValueError(f"--chat-format jinja: {exc}") from exc
+        # A broken template falls back to the built-in format it resembles.
+        return fallback, (
+            f"the model's chat template cannot be used ({str(exc)[:200]!r}); using the "
+            f"built-in {fallback.name} format (--chat-format changes it)"
+        )
+    fitted, note = fit_jinja(template, fallback)
+    if override and fitted is fallback:
+        raise ValueError(f"--chat-format jinja: {note}")
+    return fitted, note
 
 
 def template_names() -> list[str]:
