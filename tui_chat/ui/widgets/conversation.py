@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widget import Widget
@@ -303,6 +305,22 @@ class ConversationView(VerticalScroll):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self._check_edges()
+
+    # A scroll that finds the view already at an edge moves nothing, so no
+    # watch_scroll_y: look at the edges anyway. Without this a view that reached its
+    # end while a change held the lock (the after-change look found it elsewhere, then
+    # the anchor moved it) stayed short of the last turns however the user scrolled.
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        super()._on_mouse_scroll_down(event)
+        self.call_after_refresh(self._check_edges)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        super()._on_mouse_scroll_up(event)
+        self.call_after_refresh(self._check_edges)
+
+    def scroll_end(self, *args: Any, **kwargs: Any) -> None:
+        super().scroll_end(*args, **kwargs)
+        self.call_after_refresh(self._check_edges)
 
     def _check_edges(self) -> None:
         """Scrolled to the top (or the end) with turns beyond it: mount some."""
