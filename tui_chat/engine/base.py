@@ -165,13 +165,17 @@ class TokenPiece:
 
     Attributes:
         data: raw bytes of the piece.
-        eog: True for an end-of-generation token.
+        eog: True for an end-of-generation token, or another token the reply ends at.
         step_ms: duration of the decode step that produced it, in milliseconds.
+        control: the spelled-out text of a control token the reply ended at although it
+            is not end-of-generation (one that opens a new turn: ``<|im_start|>``);
+            "" otherwise. Only the trace records it.
     """
 
     data: bytes
     eog: bool = False
     step_ms: float = 0.0
+    control: str = ""
 
 
 EngineEvent = PrefillProgress | PrefillDone | TokenPiece

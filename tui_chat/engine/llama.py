@@ -85,6 +85,7 @@ from tui_chat.engine.snapshot import (
 )
 from tui_chat.engine.splice import Mark, Splice
 from tui_chat.engine.templates import ChatTemplate, RenderError, choose_template
+from tui_chat.engine.turns import turn_openers
 
 FLASH_ATTENTION = True
 """llama.cpp's flash attention. Its own tools default to "auto" (on where the backend
@@ -202,6 +203,8 @@ class LlamaEngine:
         self.template_kwargs = dict(template_kwargs or {})
         self._llm: Any = None
         self._template: ChatTemplate | None = None
+        # Control tokens that open a new turn: a reply ends at them (engine/turns.py).
+        self._turn_openers: frozenset[int] = frozenset()
         # Notices for the next PrefillDone, and whether the template's fallback was
         # announced (once per load).
         self._notices: list[str] = []
@@ -344,6 +347,13 @@ class LlamaEngine:
         self._notices, self._fell_back = [], False
         if note:
             notices.append(note)
+        vocab_of = self._prompt_vocab
+        self._turn_openers = turn_openers(
+            self._template,
+            lambda text: vocab_of.tokenize(text, special=True),
+            vocab_of.is_control,
+            lambda token: bool(self._is_eog(vocab, token)),
+        )
         n_layers = int(llama_cpp.llama_model_n_layer(llm.model))
         offloaded = 0
         if self.n_gpu_layers:
@@ -599,14 +609,7 @@ class LlamaEngine:
         import llama_cpp
 
         llm.set_seed(params.seed if params.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED)
-        gen = llm.generate(
-            tokens,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            min_p=params.min_p,
-            temp=params.temperature,
-            repeat_penalty=params.repeat_penalty,
-        )
+        gen = llm.generate(tokens, **self._sampling_options(params))
         reply: list[int] = []
         first = True
         step_start = time.perf_counter()
@@ -625,6 +628,12 @@ class LlamaEngine:
                 step_ms = (now - step_start) * 1000
                 if self._is_eog(self._vocab, token):
                     yield TokenPiece(b"", eog=True, step_ms=step_ms)
+                    break
+                if token in self._turn_openers:
+                    # The model opens a new turn (a made-up user message) with a token
+                    # that decodes to no text: the reply ends here (issue 19).
+                    spelled = self._piece(token, special=True).decode("utf-8", "replace")
+                    yield TokenPiece(b"", eog=True, step_ms=step_ms, control=spelled)
                     break
                 reply.append(token)
                 # Keep the splice state current at every step: the consumer may stop
@@ -649,6 +658,17 @@ class LlamaEngine:
             if reply_text and tokens_of and not any(tokens_of.is_control(t) for t in reply):
                 self._splice.end_turn(reply_text, reply)
             self.last_prompt_tokens = tokens
+
+    def _sampling_options(self, params: SamplingParams) -> dict[str, Any]:
+        """Keyword arguments of ``Llama.generate`` for ``params`` (tests add a
+        ``logits_processor`` here to force a token)."""
+        return {
+            "top_k": params.top_k,
+            "top_p": params.top_p,
+            "min_p": params.min_p,
+            "temp": params.temperature,
+            "repeat_penalty": params.repeat_penalty,
+        }
 
     # KV snapshots (issue 13). Engine thread only, like generate().
 

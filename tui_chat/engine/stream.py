@@ -320,7 +320,8 @@ def run_stream(
             assert isinstance(event, TokenPiece)
             now = time.perf_counter()
             if event.eog:
-                tr("token", bytes="", eog=True, step_ms=round(event.step_ms, 3))
+                control = {"control": event.control} if event.control else {}
+                tr("token", bytes="", eog=True, step_ms=round(event.step_ms, 3), **control)
                 reason = "stop"
                 break
             stats.n_tokens += 1

@@ -111,7 +111,12 @@ _COUNT = _integer(0, MAX_COUNT)
 # events and fields are kept as they are and ignored by the readers (the format may
 # grow); a known field that is present must pass its check.
 FIELDS: dict[str, dict[str, Any]] = {
-    "token": {"bytes": _hex, "eog": _boolean, "step_ms": _optional(_MS)},
+    "token": {
+        "bytes": _hex,
+        "eog": _boolean,
+        "step_ms": _optional(_MS),
+        "control": _optional(_text(MAX_TEXT)),
+    },
     "prefill": {"n_prompt_tokens": _COUNT, "n_evaluated": _COUNT, "prefill_ms": _MS},
     "request": {
         "n_messages": _COUNT,
