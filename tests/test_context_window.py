@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
+from tests.e2e.terminal import app_env, tui_chat_argv
 from tests.support import SMOLLM2_PATH, need_model
 from tests.test_special_tokens import copy_gguf
 from tui_chat.engine.modelfile import TrainedContext, fit_context, read_trained_context
@@ -83,13 +84,21 @@ def test_a_model_trained_for_2048_tokens(tmp_path: Path) -> None:
     short = copy_gguf(
         need_model(SMOLLM2_PATH), tmp_path / "short.gguf", {}, {"llama.context_length": 2048}
     )
-    base = ["tui-chat", "-m", str(short), "-p", "Say hi.", "--max-tokens", "4", "--no-history"]
-    chosen = subprocess.run([*base, "--n-ctx", "4096"], capture_output=True, timeout=120)
+    base = tui_chat_argv("-m", str(short), "-p", "Say hi.", "--max-tokens", "4", "--no-history")
+
+    def run(*more: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [*base, *more],
+            capture_output=True,
+            env=app_env(),
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+
+    chosen = run("--n-ctx", "4096")
     assert chosen.returncode == 0, chosen.stderr
     lines = chosen.stderr.decode().splitlines()
     assert len(lines) == 1 and "4096" in lines[0] and "2048" in lines[0], lines
-    default = subprocess.run(
-        [*base, "--trace", str(tmp_path / "t.jsonl")], capture_output=True, timeout=120
-    )
+    default = run("--trace", str(tmp_path / "t.jsonl"))
     assert default.returncode == 0 and default.stderr == b"", default.stderr
     assert '"n_ctx":2048' in (tmp_path / "t.jsonl").read_text()
