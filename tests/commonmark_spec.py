@@ -9,7 +9,6 @@ skips.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import markdown_it
+
+from tests.sdists import download_sdist
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_PATH = ROOT / ".cache" / "commonmark" / f"commonmark-{markdown_it.__version__}.json"
@@ -35,13 +36,9 @@ def fetch() -> bool:
     if SPEC_PATH.exists():
         return True
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
-            "--no-deps", "--dest", tmp, f"markdown-it-py=={markdown_it.__version__}",
-        ]  # fmt: skip
-        if subprocess.run(cmd, check=False).returncode != 0:
+        sdist = download_sdist("markdown-it-py", markdown_it.__version__, Path(tmp))
+        if sdist is None:
             return False
-        (sdist,) = Path(tmp).glob("markdown_it_py-*.tar.gz")
         with tarfile.open(sdist) as tar:
             member = next(m for m in tar.getmembers() if m.name.endswith(_MEMBER))
             data = tar.extractfile(member)

@@ -15,16 +15,16 @@ only the templates, in ``.cache/templates/`` (git-ignored). Offline it says so a
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
+
+from tests.sdists import download_sdist
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = importlib.metadata.version("llama-cpp-python")
 CORPUS_DIR = ROOT / ".cache" / "templates" / f"llama-cpp-python-{VERSION}"
-_SDIST = ROOT / ".cache" / "sdist" / f"llama_cpp_python-{VERSION}.tar.gz"
+_SDIST_DIR = ROOT / ".cache" / "sdist"
 _MEMBER_DIR = "/vendor/llama.cpp/models/templates/"
 _DONE = ".complete"
 """Written last, so a fetch cut short is done again."""
@@ -57,21 +57,14 @@ def _extract(sdist: Path) -> None:
 
 def fetch() -> bool:
     """Put the templates into :data:`CORPUS_DIR` unless they are there; False if the
-    sdist could not be had."""
+    sdist could not be had. The sdist is the one ``scripts/llama_build.py`` builds from,
+    in the same folder."""
     if available():
         return True
-    if _SDIST.exists():
-        _extract(_SDIST)
-        return True
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
-            "--no-deps", "--dest", tmp, f"llama-cpp-python=={VERSION}",
-        ]  # fmt: skip
-        if subprocess.run(cmd, check=False).returncode != 0:
-            return False
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        _extract(sdist)
+    sdist = download_sdist("llama-cpp-python", VERSION, _SDIST_DIR)
+    if sdist is None:
+        return False
+    _extract(sdist)
     return True
 
 
