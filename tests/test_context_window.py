@@ -17,8 +17,12 @@ from tests.test_special_tokens import copy_gguf
 from tui_chat.engine.modelfile import TrainedContext, fit_context, read_trained_context
 
 
-def _gguf(path: Path, **metadata: object) -> Path:
+def _gguf(path: Path, *, vocabulary_first: bool = False, **metadata: object) -> Path:
+    """A GGUF with ``llama.<key>`` set for each of ``metadata`` (``__`` for dots), its
+    vocabulary after them as llama.cpp's converters write it, or before them."""
     w = GGUFWriter(str(path), "llama")
+    if vocabulary_first:
+        w.add_string("tokenizer.ggml.model", "gpt2")
     for key, value in metadata.items():
         name = "llama." + key.replace("__", ".")
         if isinstance(value, str):
@@ -28,8 +32,8 @@ def _gguf(path: Path, **metadata: object) -> Path:
         else:
             assert isinstance(value, int)
             w.add_uint32(name, value)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_uint32("llama.rope.scaling.factor_after_the_vocabulary", 1)
+    if not vocabulary_first:
+        w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_tensor("token_embd.weight", np.zeros((8, 8), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -57,15 +61,8 @@ def test_the_trained_length_and_the_rope_scaling_are_read_from_the_header(
     assert read_trained_context(tmp_path / "missing.gguf", "llama") == TrainedContext()
     assert read_trained_context(_gguf(tmp_path / "c.gguf"), "llama").limit == 0
     # A writer that puts the length after the vocabulary (as a rewritten copy does).
-    late = GGUFWriter(str(tmp_path / "d.gguf"), "llama")
-    late.add_string("tokenizer.ggml.model", "gpt2")
-    late.add_uint32("llama.context_length", 1024)
-    late.add_tensor("token_embd.weight", np.zeros((8, 8), dtype=np.float32))
-    late.write_header_to_file()
-    late.write_kv_data_to_file()
-    late.write_tensors_to_file()
-    late.close()
-    assert read_trained_context(tmp_path / "d.gguf", "llama").limit == 1024
+    late = _gguf(tmp_path / "d.gguf", vocabulary_first=True, context_length=1024)
+    assert read_trained_context(late, "llama").limit == 1024
 
 
 def test_the_default_is_lowered_and_a_chosen_window_beyond_the_training_is_said() -> None:

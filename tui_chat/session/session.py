@@ -198,7 +198,6 @@ class ChatSession:
         self._conversation = Conversation.new(system_prompt)
         self._key = 0  # the conversation's key for the saving part: one per conversation
         self._conversation_id: int | None = None
-        self._model = ""  # the loaded model's name, saved with a new conversation
         self._jobs: list[Job] = []
         self._opening = False
         self._current: _Reply | None = None
@@ -661,7 +660,6 @@ class ChatSession:
             return
         with self._lock:
             self._info = info
-            self._model = info.name
             if self._state == "loading":
                 self._state = "ready"
         # Between two native decode steps the engine thread needs the GIL for a
@@ -718,9 +716,9 @@ class ChatSession:
         """Apply ``ask`` to the conversation and start its reply (lock held)."""
         self._next_reply_id += 1
         turn = self._conversation.take(ask.kind, ask.text, self.system_prompt)
-        reply = _Reply(
-            self._next_reply_id, ask.message_id, turn, self.params, self._key, self._model
-        )
+        # The model saved with a new conversation: the one that writes its reply.
+        model = self._info.name if self._info is not None else ""
+        reply = _Reply(self._next_reply_id, ask.message_id, turn, self.params, self._key, model)
         self._current = reply
         self._buffers[reply.reply_id] = (reply.buffer, False)
         # A reader that never drains (headless after an error) must not keep them all.
@@ -871,7 +869,6 @@ class ChatSession:
         with self._lock:
             self.engine = new
             self._info = info
-            self._model = info.name
             self._last_stats = None
             self._loading_name = None
             self._engine_label = job.label
