@@ -48,8 +48,11 @@ from tui_chat.markdown.blocks import (
     Block,
     BlockStream,
     Limits,
+    ParagraphKind,
     TableBasis,
+    ThematicBreakKind,
     Unit,
+    kind_of,
     parser,
     top_level,
 )
@@ -436,7 +439,7 @@ def markdown_lines(
         if not after_hr:
             lines.append(blank_line(options.max_width))
         lines.extend(render_tokens(block.tokens, console, options, limits))
-        after_hr = block.kind == "hr"
+        after_hr = kind_of(block.kind) is ThematicBreakKind
     return lines
 
 
@@ -599,7 +602,7 @@ class StreamPainter:
         return render_tokens(tokens, self.console, self.options, self.stream.limits, sink)
 
     def _painter(self, block: Block) -> _UnitsPainter | _ParagraphPainter:
-        if block.kind == "paragraph_open":
+        if kind_of(block.kind) is ParagraphKind:
             return _ParagraphPainter(block, self)
         return _UnitsPainter(block, self)
 
@@ -617,7 +620,7 @@ class StreamPainter:
         above = frozen[index - 1] if index - 1 < len(frozen) else None
         if above is None:
             above = self.stream.live[index - 1 - len(frozen)]
-        return [] if above.is_hr else [blank_line(self.width)]
+        return [] if kind_of(above.kind) is ThematicBreakKind else [blank_line(self.width)]
 
     def update(self) -> PaintUpdate:
         """Bring the lines up to date with the stream."""
