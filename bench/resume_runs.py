@@ -38,9 +38,8 @@ from pathlib import Path
 from bench.content import markdown_blocks
 from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams
 from tui_chat.engine.llama import LlamaEngine
-from tui_chat.engine.snapshot import file_crc32, snapshot_files
 from tui_chat.engine.stream import StreamResult, StreamStats, run_stream
-from tui_chat.history.kvcache import SnapshotCache
+from tui_chat.history.kvcache import SnapshotCache, file_crc32, snapshot_files
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORY_TOKENS = 2000

@@ -1,12 +1,14 @@
 """What tests share as plain code (fixtures stay in ``conftest.py``, which pytest loads
-by itself): the bundled models' paths, a Config for the fake engine, and polling waits.
-No Textual here; the screen readers are in :mod:`tests.helpers`."""
+by itself): the bundled models' paths, a Config for the fake engine, a fake llama.cpp
+state file, and polling waits. No Textual here; the screen readers are in
+:mod:`tests.helpers`."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from tests.build_check import engine_failure
 from tui_chat.config import Config
 from tui_chat.engine.base import SamplingParams
+from tui_chat.history.kvcache import LLAMA_SESSION_MAGIC
 from tui_chat.paths import (
     DEFAULT_MODEL_FILE,
     GEMMA_MODEL_FILE,
@@ -44,6 +47,14 @@ def skip_unless_the_engine_runs() -> None:
             "the installed llama-cpp-python does not run on this machine: see "
             "tests/test_engine_build.py::test_the_installed_engine_runs_a_multi_batch_prompt"
         )
+
+
+def write_llama_state(path: Path, tokens: Sequence[int], size_bytes: int) -> None:
+    """Write a file of ``size_bytes`` laid out as llama.cpp's state file (magic, version,
+    token count, ``tokens``, then zeros for the context state), for engines that fake
+    :class:`~tui_chat.history.kvcache.SnapshotEngine`."""
+    head = struct.pack(f"<III{len(tokens)}i", LLAMA_SESSION_MAGIC, 1, len(tokens), *tokens)
+    path.write_bytes(head + bytes(size_bytes - len(head)))
 
 
 def fake_config(**overrides: object) -> Config:

@@ -29,7 +29,6 @@ HEADLESS_MODULES = [
     "tui_chat.engine.remote",
     "tui_chat.engine.overflow",
     "tui_chat.engine.sse",
-    "tui_chat.engine.snapshot",
     "tui_chat.engine.splice",
     "tui_chat.history.kvcache",
     "tui_chat.session",
@@ -65,7 +64,6 @@ ENGINE_MODULES = [
     "tui_chat.engine.overflow",
     "tui_chat.engine.llama",
     "tui_chat.engine.prompt",
-    "tui_chat.engine.snapshot",
     "tui_chat.engine.splice",
 ]
 

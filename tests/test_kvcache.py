@@ -1,7 +1,7 @@
 """The KV snapshot cache without a model: paths, size limit, LRU, model hashes, the CLI.
 
-A fake engine writes snapshot files of a chosen size; the real engine's files are
-tested in tests/test_real_resume.py.
+A fake engine writes state files of a chosen size (the real header beside them); the
+real engine's files are tested in tests/test_real_resume.py.
 """
 
 from __future__ import annotations
@@ -13,44 +13,45 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import write_llama_state
 from tui_chat.cli import main
 from tui_chat.engine.base import ChatMessage
-from tui_chat.engine.snapshot import SnapshotInfo, SnapshotRejected, snapshot_files
-from tui_chat.history.kvcache import DIGESTS_FILE, SnapshotCache
+from tui_chat.engine.splice import Splice
+from tui_chat.history.kvcache import DIGESTS_FILE, Fingerprint, SnapshotCache, snapshot_files
 from tui_chat.paths import default_config_path, kv_cache_dir
 
 MB = 1024 * 1024
+HEADER_ROOM = 1024
+"""Bytes left in a fake snapshot's size for its header (about 620 with 100 tokens)."""
 
 
 class FakeSnapshotEngine:
-    """Writes a snapshot pair of ``size_bytes``; loads only its own model's snapshots."""
+    """Writes a snapshot pair of about ``size_bytes`` (at most that, and no more than
+    :data:`HEADER_ROOM` less); ``loaded`` records the state files it loaded."""
 
     def __init__(self, model_path: Path, size_bytes: int = MB) -> None:
         self.model_path = model_path
         self.size_bytes = size_bytes
         self.loaded: list[Path] = []
 
-    def snapshot_size_bytes(self) -> int:
+    def kv_fingerprint(self) -> Fingerprint:
+        return {"template": "fake", "n_ctx": 4096}
+
+    def kv_state_size_bytes(self) -> int:
         return self.size_bytes
 
-    def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
-        header, state = snapshot_files(base)
-        state.write_bytes(b"\0" * (self.size_bytes - 64))
-        header.write_text(model_sha256)
-        return SnapshotInfo(base, 100, self.size_bytes, 1.0, 100)
+    def save_kv_state(self, path: Path) -> tuple[int, Splice]:
+        tokens = list(range(100))
+        write_llama_state(path, tokens, self.size_bytes - HEADER_ROOM)
+        return len(tokens), Splice(tokens=tokens)
 
-    def load_snapshot(
-        self,
-        base: Path,
-        *,
-        model_sha256: str,
-        messages: Sequence[ChatMessage] | None = None,
-    ) -> SnapshotInfo:
-        header, _ = snapshot_files(base)
-        if header.read_text() != model_sha256:
-            raise SnapshotRejected("snapshot is for another model file")
-        self.loaded.append(base)
-        return SnapshotInfo(base, 100, self.size_bytes, 1.0, 100)
+    def check_kv_state(
+        self, splice: Splice, n_kv_tokens: int, messages: Sequence[ChatMessage] | None = None
+    ) -> int:
+        return n_kv_tokens
+
+    def load_kv_state(self, path: Path, splice: Splice, n_kv_tokens: int) -> None:
+        self.loaded.append(path)
 
 
 @pytest.fixture
@@ -80,6 +81,7 @@ def test_nothing_is_created_until_the_first_save(tmp_path: Path, model: Path) ->
     assert not cache.root.exists()
     outcome = cache.save(FakeSnapshotEngine(model), 1)
     assert outcome.info is not None
+    assert MB - HEADER_ROOM < outcome.info.size_bytes <= MB  # both files
     assert cache.root.stat().st_mode & 0o777 == 0o700  # snapshots hold the chat's text
     assert cache.base_for(7) == cache.root / "conv-7"
 
@@ -107,13 +109,13 @@ def test_room_is_made_before_writing(tmp_path: Path, model: Path) -> None:
         age(cache, conv, 100 - conv)
     big = FakeSnapshotEngine(model, 2 * MB)
     written: list[int] = []
-    real_save = big.save_snapshot
+    real_save = big.save_kv_state
 
-    def save(base: Path, *, model_sha256: str) -> SnapshotInfo:
+    def save(path: Path) -> tuple[int, Splice]:
         written.append(cache.usage().size_bytes)  # what the folder held when writing began
-        return real_save(base, model_sha256=model_sha256)
+        return real_save(path)
 
-    big.save_snapshot = save  # type: ignore[method-assign]
+    big.save_kv_state = save  # type: ignore[method-assign]
     assert cache.save(big, 9).info is not None
     assert written[0] + 2 * MB <= cache.limit_bytes
     assert snapshots(cache) == {3, 9}
@@ -127,7 +129,7 @@ def test_a_snapshot_larger_than_the_limit_is_not_kept(tmp_path: Path, model: Pat
     assert snapshots(cache) == {1}  # nothing evicted for a snapshot that cannot fit
     # The estimate may be low: the limit still holds after writing.
     liar = FakeSnapshotEngine(model, 2 * MB)
-    liar.snapshot_size_bytes = lambda: 10  # type: ignore[method-assign]
+    liar.kv_state_size_bytes = lambda: 10  # type: ignore[method-assign]
     outcome = cache.save(liar, 3)
     assert outcome.info is None and cache.usage().size_bytes <= cache.limit_bytes
     assert snapshots(cache) == {1}  # only the oversized snapshot went

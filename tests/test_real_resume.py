@@ -26,15 +26,16 @@ from tui_chat.engine.base import (
     SamplingParams,
 )
 from tui_chat.engine.llama import LlamaEngine
-from tui_chat.engine.snapshot import (
+from tui_chat.engine.stream import StreamResult, StreamStats, run_stream
+from tui_chat.history.kvcache import (
+    SnapshotCache,
     SnapshotRejected,
     file_crc32,
+    load_snapshot,
     read_header,
     snapshot_files,
     write_header,
 )
-from tui_chat.engine.stream import StreamResult, StreamStats, run_stream
-from tui_chat.history.kvcache import SnapshotCache
 
 pytestmark = pytest.mark.real
 
@@ -303,8 +304,8 @@ def test_state_file_llama_cpp_refuses_clears_the_kv_cache(
         ),
     )
     with pytest.raises(SnapshotRejected, match="llama.cpp could not read"):
-        target.load_snapshot(
-            saved.cache.base_for(3), model_sha256=saved.cache.model_digest(saved.model)
+        load_snapshot(
+            target, saved.cache.base_for(3), model_sha256=saved.cache.model_digest(saved.model)
         )
     assert len(native_loads) == 1
     assert target.n_cached_tokens == 0
@@ -317,7 +318,7 @@ def test_eviction_keeps_the_cache_under_its_limit_least_recently_used_first(
     saved: Saved, tmp_path: Path
 ) -> None:
     engine = saved.source
-    one = engine.snapshot_size_bytes()
+    one = engine.kv_state_size_bytes()
     cache = SnapshotCache(tmp_path / "kv", limit_bytes=int(2.5 * one))
     for conv in (1, 2):
         assert cache.save(engine, conv).info is not None

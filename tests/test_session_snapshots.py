@@ -1,8 +1,9 @@
 """KV snapshots through ChatSession and the status bar, without a model (issue 13).
 
-A scripted engine that can "save" and "load" snapshots (small files through the real
-:class:`~tui_chat.history.kvcache.SnapshotCache`) shows when the session restores, saves and
-reports; the real model's snapshots are tested in tests/test_real_resume.py.
+A scripted engine with the native half of snapshots (small state files, written and
+checked through the real :class:`~tui_chat.history.kvcache.SnapshotCache`) shows when
+the session restores, saves and reports; the real model's snapshots are tested in
+tests/test_real_resume.py.
 """
 
 from __future__ import annotations
@@ -15,25 +16,27 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import screen_text
-from tests.support import fake_config, wait_for, wait_for_sync
+from tests.support import fake_config, wait_for, wait_for_sync, write_llama_state
 from tests.test_session import Events, SessionFactory, session_factory  # noqa: F401
 from tui_chat.config import Config
 from tui_chat.engine.base import (
     CancelToken,
     ChatMessage,
+    EngineError,
     EngineEvent,
     PrefillProgress,
     SamplingParams,
 )
 from tui_chat.engine.fake import EOG, FakeEngine, paced
-from tui_chat.engine.snapshot import (
-    NothingToSave,
-    SnapshotError,
-    SnapshotInfo,
-    SnapshotRejected,
+from tui_chat.engine.splice import Splice
+from tui_chat.history.kvcache import (
+    DEFAULT_LIMIT_BYTES,
+    STATE_SUFFIX,
+    Fingerprint,
+    SnapshotCache,
+    read_header,
     snapshot_files,
 )
-from tui_chat.history.kvcache import DEFAULT_LIMIT_BYTES, SnapshotCache
 from tui_chat.history.store import Store
 from tui_chat.session import (
     ChatSession,
@@ -55,7 +58,8 @@ REPLY = paced(["Fine", " thanks.", EOG], 0)
 
 class SnapshotFake(FakeEngine):
     """A scripted engine with snapshots: ``log`` records loads, saves and generates in
-    order; ``reject`` makes loads fail; ``fail_save`` makes saves fail."""
+    order; ``reject`` makes loads fail; ``fail_save`` makes saves fail. A save holds 40
+    tokens per ``generate`` call so far (at least 40)."""
 
     def __init__(self, model_path: Path, **kwargs: object) -> None:
         super().__init__([REPLY], **kwargs)  # type: ignore[arg-type]
@@ -66,37 +70,38 @@ class SnapshotFake(FakeEngine):
         self.empty = False
         self.progress: list[PrefillProgress] = []
         self.hold_after_progress: threading.Event | None = None
+        self._checked: Sequence[ChatMessage] = ()
 
-    def snapshot_size_bytes(self) -> int:
+    def kv_fingerprint(self) -> Fingerprint:
+        return {"template": "fake", "n_ctx": 4096}
+
+    def kv_state_size_bytes(self) -> int:
         return 1000
 
-    def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
+    def save_kv_state(self, path: Path) -> tuple[int, Splice]:
         if self.empty:
             self.log.append("nothing to save")
-            raise NothingToSave("nothing in the KV cache to save")
+            return 0, Splice()
         if self.fail_save:
             self.log.append("save failed")
-            raise SnapshotError(self.fail_save)
-        header, state = snapshot_files(base)
-        state.write_bytes(b"s" * 900)
-        header.write_text(f"{model_sha256} {len(self.calls)}")
-        self.log.append(f"save {base.name}")
-        return SnapshotInfo(base, 40 * len(self.calls), 1000, 2.0, 0)
+            raise EngineError(self.fail_save)
+        tokens = [1] * (40 * max(1, len(self.calls)))
+        write_llama_state(path, tokens, 12 + 4 * len(tokens) + 1000)  # 1000 bytes of state
+        # path is a temporary name beside conv-<id>.llama-state
+        self.log.append(f"save {path.name.removeprefix('.').partition(STATE_SUFFIX)[0]}")
+        return len(tokens), Splice(tokens=tokens)
 
-    def load_snapshot(
-        self,
-        base: Path,
-        *,
-        model_sha256: str,
-        messages: Sequence[ChatMessage] | None = None,
-    ) -> SnapshotInfo:
+    def check_kv_state(
+        self, splice: Splice, n_kv_tokens: int, messages: Sequence[ChatMessage] | None = None
+    ) -> int:
         if self.reject:
-            raise SnapshotRejected(self.reject)
-        header, _ = snapshot_files(base)
-        sha, n = header.read_text().split()
-        assert sha == model_sha256
-        self.log.append(f"load {base.name} ({len(messages or [])} messages)")
-        return SnapshotInfo(base, 40 * int(n), 1000, 3.0, 40 * int(n))
+            raise EngineError(self.reject)
+        self._checked = messages or ()
+        return n_kv_tokens
+
+    def load_kv_state(self, path: Path, splice: Splice, n_kv_tokens: int) -> None:
+        base = path.name.removesuffix(STATE_SUFFIX)
+        self.log.append(f"load {base} ({len(self._checked)} messages)")
 
     def generate(
         self, messages: Sequence[ChatMessage], params: SamplingParams, cancel: CancelToken
@@ -132,6 +137,11 @@ def saved_chat(db: Path) -> int:
         store.close()
 
 
+def on_disk(cache: SnapshotCache, conversation_id: int) -> int:
+    """Bytes of a conversation's snapshot files."""
+    return sum(p.stat().st_size for p in snapshot_files(cache.base_for(conversation_id)))
+
+
 def of(events: Events, kind: type[SessionEvent]) -> list[SessionEvent]:
     return [e for e in events.seen if isinstance(e, kind)]
 
@@ -158,7 +168,8 @@ def test_a_reply_is_saved_as_its_conversation_s_snapshot(
     saved = events.wait(SnapshotSaved)
     assert isinstance(saved, SnapshotSaved)
     assert saved.conversation_id == session.conversation_id
-    assert saved.n_tokens == 40 and saved.size_bytes == 1000
+    assert saved.n_tokens == 40
+    assert saved.size_bytes == on_disk(cache, saved.conversation_id)
     assert snapshot_files(cache.base_for(saved.conversation_id))[0].exists()
     assert engine.log == ["generate", f"save conv-{saved.conversation_id}"]
 
@@ -178,7 +189,11 @@ def test_resume_restores_the_snapshot_before_the_first_prefill(
     session = session_factory(engine, events, history=db, resume=True, kv_cache=cache)
     session.submit("And now?")  # queued before the model is loaded
     restored = events.wait(SnapshotRestored)
-    assert restored == SnapshotRestored(conversation_id, 40, 1000, 3.0)
+    assert isinstance(restored, SnapshotRestored)
+    assert restored == SnapshotRestored(
+        conversation_id, 40, on_disk(cache, conversation_id), restored.restore_ms
+    )
+    assert restored.restore_ms > 0
     events.wait(ReplyFinished)
     events.wait(SnapshotSaved)
     assert engine.log == [
@@ -322,7 +337,7 @@ def test_after_a_model_switch_the_new_engine_keeps_the_snapshots(
     assert new.log == ["generate", f"save conv-{first.conversation_id}"]
     # The snapshot is the new model's now: its hash, not the old one's, is in it.
     header, _ = snapshot_files(cache.base_for(first.conversation_id))
-    assert header.read_text().split()[0] == cache.model_digest(other)
+    assert read_header(header).fingerprint["model_sha256"] == cache.model_digest(other)
 
 
 @pytest.mark.parametrize("with_history", [False, True])

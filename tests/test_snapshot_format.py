@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tui_chat.engine.prompt import Prompt, content, glue, normalize, prompt_text
-from tui_chat.engine.snapshot import (
+from tui_chat.engine.splice import Splice, cut
+from tui_chat.history.kvcache import (
     LLAMA_SESSION_MAGIC,
     SnapshotHeader,
     SnapshotRejected,
@@ -22,11 +23,9 @@ from tui_chat.engine.snapshot import (
     compare_fingerprints,
     file_crc32,
     read_header,
-    reusable_tokens,
     snapshot_files,
     write_header,
 )
-from tui_chat.engine.splice import Splice, cut
 
 FP: dict[str, str | int | bool] = {
     "model_sha256": "ab" * 32,
@@ -169,6 +168,12 @@ def test_state_file_checks(tmp_path: Path) -> None:
     rejected("not a llama.cpp state file")
     state.unlink()
     rejected("missing")
+
+
+def reusable_tokens(header: SnapshotHeader, parts: Prompt) -> int:
+    """How many tokens of a prompt starting with ``parts`` the snapshot's KV cache holds
+    (what the engine's ``check_kv_state`` finds for a conversation)."""
+    return header.splice.reusable(parts, header.n_kv_tokens)
 
 
 def test_reusable_tokens_follow_the_longest_matching_mark() -> None:

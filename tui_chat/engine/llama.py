@@ -21,9 +21,11 @@ longest common prefix with the KV cache are evaluated. Regenerating or editing a
 reuses the KV cache up to the boundary before that turn (llama.cpp's ``seq_rm`` drops
 the rest).
 
-KV snapshots (issue 13): :meth:`LlamaEngine.save_snapshot` writes the context state to
-a file with llama.cpp's ``llama_state_save_file``; :meth:`LlamaEngine.load_snapshot`
-checks it (:mod:`tui_chat.engine.snapshot`) and reads it back with
+KV snapshots (issue 13): the engine offers the native half, and
+:mod:`tui_chat.history.kvcache` does the rest (files, header, checks, the cache folder).
+:meth:`LlamaEngine.save_kv_state` writes the context state to a path with llama.cpp's
+``llama_state_save_file``; :meth:`LlamaEngine.check_kv_state` refuses a state this
+model cannot take; :meth:`LlamaEngine.load_kv_state` reads one back with
 ``llama_state_load_file``, then sets llama-cpp-python's view of the KV cache
 (``input_ids``, ``n_tokens``) and the splice, so the next :meth:`generate` evaluates
 only what is new, as on turn 2 of a chat that never stopped.
@@ -66,23 +68,6 @@ from tui_chat.engine.modelfile import (
     total_memory_bytes,
 )
 from tui_chat.engine.prompt import Prompt, content, normalize, tokenize_parts
-from tui_chat.engine.snapshot import (
-    Fingerprint,
-    NothingToSave,
-    SnapshotError,
-    SnapshotHeader,
-    SnapshotInfo,
-    SnapshotRejected,
-    check_state_file,
-    compare_fingerprints,
-    file_crc32,
-    read_header,
-    reusable_tokens,
-    snapshot_files,
-    temp_path,
-    template_digest,
-    write_header,
-)
 from tui_chat.engine.splice import Mark, Splice
 from tui_chat.engine.templates import ChatTemplate, RenderError, choose_template
 from tui_chat.engine.turns import turn_openers
@@ -670,12 +655,14 @@ class LlamaEngine:
             "repeat_penalty": params.repeat_penalty,
         }
 
-    # KV snapshots (issue 13). Engine thread only, like generate().
+    # KV state for snapshots (issue 13): the native half. The snapshot files, their
+    # header and every check on them are tui_chat.history.kvcache's; these methods only
+    # see the one path they are given. Engine thread only, like generate().
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[Any]:
         if self._llm is None:
-            raise SnapshotError("no model loaded")
+            raise EngineError("no model loaded")
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("LlamaEngine entered by two threads at once")
         try:
@@ -683,45 +670,75 @@ class LlamaEngine:
         finally:
             self._busy.release()
 
-    def snapshot_fingerprint(self, model_sha256: str) -> Fingerprint:
-        """Everything the KV cache's content depends on, for a snapshot header.
+    def kv_fingerprint(self) -> dict[str, str | int | bool]:
+        """Everything the KV cache's content depends on besides the model file's
+        content: the chat template (a digest of how it renders a probe chat), ``n_ctx``,
+        the KV cache settings (types, flash attention, full SWA cache, sequences, RoPE
+        scaling) and the llama-cpp-python version.
 
-        Args:
-            model_sha256: the model file's SHA-256 (hex); the caller computes it once
-                per file (see :mod:`tui_chat.history.kvcache`), as hashing a large model takes
-                seconds.
+        A snapshot's fingerprint is these fields with the model file's SHA-256, which
+        :mod:`tui_chat.history.kvcache` computes once per file, as hashing a large model
+        takes seconds. Floats are stored as ``float.hex()`` strings so that they compare
+        exactly.
 
-        Floats are stored as ``float.hex()`` strings so that they compare exactly.
+        Raises:
+            EngineError: no model loaded.
+            RuntimeError: called while another thread is inside the engine.
         """
         import llama_cpp
 
-        llm = self._llm
-        assert llm is not None and self._template is not None
-        cp = llm.context_params
-        fp: Fingerprint = {
-            "model_sha256": model_sha256,
-            "template": template_digest(self._template, self._bos),
-            "n_ctx": int(llm.n_ctx()),
-            "llama_cpp_python": str(llama_cpp.__version__),
-        }
-        for name in ("type_k", "type_v", "flash_attn_type", "n_seq_max", "rope_scaling_type"):
-            fp[name] = int(getattr(cp, name))
-        for name in ("swa_full", "kv_unified", "embeddings"):
-            fp[name] = bool(getattr(cp, name))
-        for name in (
-            "rope_freq_base",
-            "rope_freq_scale",
-            "yarn_ext_factor",
-            "yarn_attn_factor",
-            "yarn_beta_fast",
-            "yarn_beta_slow",
-        ):
-            fp[name] = float(getattr(cp, name)).hex()
-        fp["yarn_orig_ctx"] = int(cp.yarn_orig_ctx)
-        return fp
+        with self._exclusive() as llm:
+            cp = llm.context_params
+            fp: dict[str, str | int | bool] = {
+                "template": self._template_digest(),
+                "n_ctx": int(llm.n_ctx()),
+                "llama_cpp_python": str(llama_cpp.__version__),
+            }
+            for name in ("type_k", "type_v", "flash_attn_type", "n_seq_max", "rope_scaling_type"):
+                fp[name] = int(getattr(cp, name))
+            for name in ("swa_full", "kv_unified", "embeddings"):
+                fp[name] = bool(getattr(cp, name))
+            for name in (
+                "rope_freq_base",
+                "rope_freq_scale",
+                "yarn_ext_factor",
+                "yarn_attn_factor",
+                "yarn_beta_fast",
+                "yarn_beta_slow",
+            ):
+                fp[name] = float(getattr(cp, name)).hex()
+            fp["yarn_orig_ctx"] = int(cp.yarn_orig_ctx)
+            return fp
 
-    def snapshot_size_bytes(self) -> int:
-        """About how large a snapshot of the current KV cache would be, in bytes
+    def _template_digest(self) -> str:
+        """A SHA-256 of how the chat template renders a probe chat, its stop strings
+        and the BOS token id.
+
+        Rendering (not only the name) catches a template whose text changed between
+        tui-chat versions or a GGUF whose Jinja template changed.
+        """
+        template = self._template
+        assert template is not None
+        probe: list[ChatMessage] = [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ]
+        try:
+            rendered = "".join(
+                f"{int(p.glue)}{len(p.text)}:{p.text}" for p in template.render(probe)
+            )
+        except Exception as exc:  # a Jinja template may refuse any input
+            rendered = f"render failed: {type(exc).__name__}"
+        import hashlib  # OpenSSL's: 3 ms, not before the first frame (issue 16)
+
+        h = hashlib.sha256()
+        for part in (template.name, rendered, "\x00".join(template.stop_strings), str(self._bos)):
+            h.update(part.encode("utf-8", "surrogatepass") + b"\x00")
+        return h.hexdigest()
+
+    def kv_state_size_bytes(self) -> int:
+        """About how large a state file of the current KV cache would be, in bytes
         (``llama_state_get_size``: a dry run, no copy). 0 when nothing is loaded."""
         import llama_cpp
 
@@ -729,140 +746,118 @@ class LlamaEngine:
             return 0
         return int(llama_cpp.llama_state_get_size(self._llm._ctx.ctx))
 
-    def save_snapshot(self, base: Path, *, model_sha256: str) -> SnapshotInfo:
-        """Write the context state to ``<base>.llama-state`` and ``<base>.json``.
-
-        Uses ``llama_state_save_file`` (the state goes from llama.cpp to the file
-        without passing through Python), then a CRC-32 of the file for the header
-        (format: :mod:`tui_chat.engine.snapshot`). Files are replaced atomically;
-        on failure nothing new is left behind. Measured here (Gemma 3 270M, 2 loaded
-        CPU cores): 35 MB and 26-44 ms for 1,906 tokens, CRC included about 16 ms more.
-
-        Args:
-            base: base path; the folder must exist.
-            model_sha256: the model file's SHA-256 (see :meth:`snapshot_fingerprint`).
+    def save_kv_state(self, path: Path) -> tuple[int, Splice]:
+        """Write the context state to ``path`` with llama.cpp's ``llama_state_save_file``
+        (from llama.cpp to the file without passing through Python; the layout is in
+        :mod:`tui_chat.history.kvcache`).
 
         Returns:
-            What was written.
+            How many tokens the KV cache holds, and the splice aligned with them: its
+            tokens start with them and may hold one more (the last sampled token of a
+            reply cut at ``max_tokens`` is never evaluated). ``(0, Splice())``, and no
+            file, when the KV cache is empty.
 
         Raises:
-            NothingToSave: the KV cache is empty.
-            SnapshotError: llama.cpp or the disk failed.
+            EngineError: no model loaded, or llama.cpp could not write the file (a
+                partial file may be left at ``path``).
             RuntimeError: called while another thread is inside the engine.
         """
         import llama_cpp
 
         with self._exclusive() as llm:
-            t0 = time.perf_counter()
             n = int(llm.n_tokens)
             if n == 0:
-                raise NothingToSave("nothing in the KV cache to save")
+                return 0, Splice()
             kv = [int(t) for t in llm.input_ids[:n]]
-            splice = self._splice.aligned_with(kv)
-            header_path, state_path = snapshot_files(base)
-            tmp = temp_path(state_path)
             arr = (llama_cpp.llama_token * n)(*kv)
-            try:
-                if not llama_cpp.llama_state_save_file(llm._ctx.ctx, os.fsencode(tmp), arr, n):
-                    raise SnapshotError("llama.cpp could not write the state file")
-                size = tmp.stat().st_size
-                crc = file_crc32(tmp)
-                os.replace(tmp, state_path)
-                header = SnapshotHeader(
-                    fingerprint=self.snapshot_fingerprint(model_sha256),
-                    state_size_bytes=size,
-                    state_crc32=crc,
-                    n_kv_tokens=n,
-                    splice=splice,
-                    saved_at=time.time(),
-                )
-                size += write_header(header_path, header)
-            except OSError as exc:
-                tmp.unlink(missing_ok=True)
-                raise SnapshotError(f"cannot write the snapshot: {exc.strerror}") from exc
-            except SnapshotError:
-                tmp.unlink(missing_ok=True)
-                raise
-            return SnapshotInfo(base, n, size, (time.perf_counter() - t0) * 1000, n)
+            if not llama_cpp.llama_state_save_file(llm._ctx.ctx, os.fsencode(path), arr, n):
+                raise EngineError("llama.cpp could not write the state file")
+            return n, self._splice.aligned_with(kv)
 
-    def load_snapshot(
-        self,
-        base: Path,
-        *,
-        model_sha256: str,
-        messages: Sequence[ChatMessage] | None = None,
-    ) -> SnapshotInfo:
-        """Restore a snapshot written by :meth:`save_snapshot`, if it is valid here.
-
-        Checks, before any native call: the header (format, types, CRC), the
-        fingerprint (model content hash, chat template, ``n_ctx``, KV cache settings,
-        llama-cpp-python version), the state file (size, token list, CRC-32) and, when
-        ``messages`` is given, that the snapshot holds a prefix of that conversation.
-        Then ``llama_state_load_file`` replaces the whole KV cache, and the engine's
-        view of it (llama-cpp-python's ``input_ids``/``n_tokens``, the splice) is set
-        to match, so the next :meth:`generate` evaluates only tokens after the
-        restored prefix.
+    def check_kv_state(
+        self, splice: Splice, n_kv_tokens: int, messages: Sequence[ChatMessage] | None = None
+    ) -> int:
+        """Check, before any state is read, that a saved KV state fits this model and,
+        when ``messages`` is given, holds a prefix of that conversation.
 
         Args:
-            base: base path of the snapshot.
-            model_sha256: the loaded model file's SHA-256.
+            splice: the prompt parts and tokens the state was fed.
+            n_kv_tokens: how many of ``splice.tokens`` (the first) the state holds.
             messages: the conversation about to continue (without the new message), or
                 None to skip the prefix check. A regenerate or edit may pass the
                 conversation up to the turn it replaces.
 
         Returns:
-            What was restored; ``n_reusable`` is how many prompt tokens of
-            ``messages`` the KV cache now holds.
+            How many prompt tokens of ``messages`` the state holds (by the splice's
+            longest matching mark); ``n_kv_tokens`` without ``messages``.
 
         Raises:
-            SnapshotRejected: not valid here; the KV cache is unchanged when the checks
-                refused it, or cleared when llama.cpp itself refused the file.
+            EngineError: no model loaded; more tokens than the context window, a token
+                this model does not have, or a start unlike this model's prompts (BOS);
+                no prefix of ``messages`` beyond BOS ("another conversation"); or the
+                chat template refused ``messages``.
+            RuntimeError: called while another thread is inside the engine.
+        """
+        with self._exclusive() as llm:
+            self._check_kv_tokens(llm, splice, n_kv_tokens)
+            if messages is None:
+                return n_kv_tokens
+            n_reusable = splice.reusable(self.render(messages), n_kv_tokens)
+            if n_reusable <= (1 if self._bos is not None else 0):
+                raise EngineError("snapshot is of another conversation")
+            return n_reusable
+
+    def _check_kv_tokens(self, llm: Any, splice: Splice, n_kv_tokens: int) -> None:
+        """Refuse a KV state this model cannot take (see :meth:`check_kv_state`)."""
+        if n_kv_tokens > int(llm.n_ctx()):
+            raise EngineError("snapshot holds more tokens than the context window")
+        n_vocab = int(llm.n_vocab())
+        if any(t >= n_vocab for t in splice.tokens):
+            raise EngineError("snapshot holds tokens this model does not have")
+        if (self._bos is not None) != (splice.tokens[:1] == [self._bos]):
+            raise EngineError("snapshot does not start as this model's prompts do")
+
+    def load_kv_state(self, path: Path, splice: Splice, n_kv_tokens: int) -> None:
+        """Replace the whole KV cache with a state file written by
+        :meth:`save_kv_state` (``llama_state_load_file``), and set the engine's view of
+        it (llama-cpp-python's ``input_ids``/``n_tokens``, the splice) to match, so the
+        next :meth:`generate` evaluates only tokens after the restored prefix.
+
+        llama.cpp trusts what it reads: check the file first
+        (:func:`tui_chat.history.kvcache.check_state_file`). The tokens are checked
+        again here as in :meth:`check_kv_state`.
+
+        Args:
+            path: the state file.
+            splice: the prompt parts and tokens the state was fed.
+            n_kv_tokens: how many of ``splice.tokens`` (the first) the state holds.
+
+        Raises:
+            EngineError: no model loaded or the tokens do not fit (the KV cache is
+                unchanged), or llama.cpp could not read the file or found other tokens
+                in it (the KV cache is cleared).
             RuntimeError: called while another thread is inside the engine.
         """
         import llama_cpp
 
         with self._exclusive() as llm:
-            t0 = time.perf_counter()
-            header_path, state_path = snapshot_files(base)
-            header = read_header(header_path)
-            compare_fingerprints(header.fingerprint, self.snapshot_fingerprint(model_sha256))
-            n = header.n_kv_tokens
+            self._check_kv_tokens(llm, splice, n_kv_tokens)
             n_ctx = int(llm.n_ctx())
-            if n > n_ctx:
-                raise SnapshotRejected("snapshot holds more tokens than the context window")
-            n_vocab = int(llm.n_vocab())
-            if any(t >= n_vocab for t in header.splice.tokens):
-                raise SnapshotRejected("snapshot holds tokens this model does not have")
-            n_reusable = n
-            if (self._bos is not None) != (header.splice.tokens[:1] == [self._bos]):
-                raise SnapshotRejected("snapshot does not start as this model's prompts do")
-            if messages is not None:
-                try:
-                    parts = self.render(messages)
-                except EngineError as exc:
-                    raise SnapshotRejected(str(exc)) from exc
-                n_reusable = reusable_tokens(header, parts)
-                if n_reusable <= (1 if self._bos is not None else 0):
-                    raise SnapshotRejected("snapshot is of another conversation")
-            check_state_file(state_path, header)
             out = (llama_cpp.llama_token * n_ctx)()
             count = ctypes.c_size_t(0)
             ok = llama_cpp.llama_state_load_file(
-                llm._ctx.ctx, os.fsencode(state_path), out, n_ctx, ctypes.byref(count)
+                llm._ctx.ctx, os.fsencode(path), out, n_ctx, ctypes.byref(count)
             )
             restored = list(out[: count.value])
-            if not ok or restored != header.splice.tokens[:n]:
+            if not ok or restored != splice.tokens[:n_kv_tokens]:
                 self._forget_kv()
-                raise SnapshotRejected("llama.cpp could not read the snapshot state file")
-            llm.input_ids[:n] = restored
-            llm.n_tokens = n
+                raise EngineError("llama.cpp could not read the snapshot state file")
+            llm.input_ids[:n_kv_tokens] = restored
+            llm.n_tokens = n_kv_tokens
             # Logits were restored too, but the next generate() evaluates at least one
             # token anyway; this tells llama-cpp-python not to sample from them.
             llm._requires_eval = True
-            sp = header.splice
-            self._splice = Splice(sp.parts, list(sp.tokens), list(sp.marks))
-            size = header.state_size_bytes + header_path.stat().st_size
-            return SnapshotInfo(base, n, size, (time.perf_counter() - t0) * 1000, n_reusable)
+            self._splice = Splice(splice.parts, list(splice.tokens), list(splice.marks))
 
     def _forget_kv(self) -> None:
         """Empty the KV cache and the engine's view of it (after a failed restore)."""

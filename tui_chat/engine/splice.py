@@ -22,7 +22,7 @@ alike, :func:`~tui_chat.engine.prompt.remainder`), so:
 Parts, not plain text, are kept so that a prefix match also compares what was glue and
 what was content: the same characters typed by a user are never taken for the
 template's turn marker. The splice travels in a KV snapshot
-(:mod:`tui_chat.engine.snapshot`), so these rules hold after a restart too.
+(:mod:`tui_chat.history.kvcache`), so these rules hold after a restart too.
 """
 
 from __future__ import annotations
@@ -83,6 +83,14 @@ class Splice:
             if rest is not None:
                 return mark, rest
         return (0, 0), parts
+
+    def reusable(self, parts: Prompt, n_kv_tokens: int) -> int:
+        """How many tokens of a prompt starting with ``parts`` a KV cache that holds
+        this splice's first ``n_kv_tokens`` tokens already holds: the longest matching
+        mark's, at most ``n_kv_tokens`` (0 when no mark matches). A restored KV
+        snapshot's splice may hold one token more than its KV cache."""
+        (_, n_tokens), _ = self.match(parts)
+        return min(n_tokens, n_kv_tokens)
 
     def begin_turn(self, parts: Prompt, tokens: list[int], reused: Mark) -> None:
         """Record a prompt about to be fed: marks up to ``reused`` stay, one is added at

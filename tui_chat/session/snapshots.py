@@ -1,18 +1,18 @@
 """The session's side of KV snapshots (issue 13): restore when a chat opens, save after
 a reply, and say so in events.
 
-:class:`SessionSnapshots` wraps a :class:`~tui_chat.history.kvcache.SnapshotCache` for one
-:class:`~tui_chat.session.ChatSession`. Its :meth:`~SessionSnapshots.restore` and
-:meth:`~SessionSnapshots.save` run on the session's engine thread (they call the engine
-and do disk I/O); nothing here ever raises into the session: a snapshot that cannot be
-used or written is at most a notice, and the chat is read again as usual.
+:class:`SessionSnapshots` is a thin adapter: the snapshots themselves (files, checks,
+the folder, the model hash) are :mod:`tui_chat.history.kvcache`'s, and this only calls
+its :class:`~tui_chat.history.kvcache.SnapshotCache` for one
+:class:`~tui_chat.session.ChatSession` and turns the outcomes it returns into events.
+Its :meth:`~SessionSnapshots.restore` and :meth:`~SessionSnapshots.save` run on the
+session's engine thread (they call the engine and do disk I/O); nothing here ever
+raises into the session: a snapshot that cannot be used or written is at most a
+notice, and the chat is read again as usual.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
 from collections.abc import Sequence
 
 from tui_chat.engine.base import ChatMessage, Engine
@@ -69,19 +69,7 @@ class SessionSnapshots:
         if usable is None:
             return
         cache, snapshot_engine = usable
-        model_path = snapshot_engine.model_path
-
-        def run() -> None:
-            # The lowest CPU priority (Linux schedules threads on their own): the hash
-            # must not slow the decode steps of a reply that starts meanwhile.
-            with contextlib.suppress(AttributeError, OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            try:
-                cache.model_digest(model_path)
-            except OSError:
-                pass  # the save or restore says why
-
-        threading.Thread(target=run, name="tui-chat-model-hash", daemon=True).start()
+        cache.model_digest_soon(snapshot_engine.model_path)
 
     def restore(
         self, engine: Engine, conversation_id: int, messages: Sequence[ChatMessage]
