@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypedDict
 
+from tui_chat.engine.reasoning import PartKind, ThinkingFormat
+
 Role = Literal["system", "user", "assistant"]
 
 
@@ -24,11 +26,16 @@ class ChatMessage(TypedDict, total=False):
 
     ``interrupted`` marks an assistant reply that the user stopped; its partial text is
     still sent to the model on the next turn (case C10 of the replay cases).
+    ``reasoning`` is an assistant reply's thinking, apart from its answer (``content``);
+    it is never sent back as answer text (issue 18). ``model`` names the model that
+    wrote a reply ("" when unknown).
     """
 
     role: Role
     content: str
     interrupted: bool
+    reasoning: str
+    model: str
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,15 @@ class SamplingParams:
         min_p: drop tokens below ``min_p`` x the top probability.
         repeat_penalty: penalty for recently seen tokens; 1.0 disables.
         seed: sampler seed; -1 picks a random one.
+        reasoning_budget: most thinking tokens of one reply; -1 for no limit. The
+            embedded engine then closes the thinking itself (see
+            :data:`tui_chat.engine.reasoning.WRAP_UP`) and the answer follows.
+        thinking: ``auto`` (the chat template's own default), ``on`` or ``off``: passed
+            as the template's ``enable_thinking`` where it reads one (a server gets
+            ``chat_template_kwargs``). A model that thinks although asked not to still
+            has its thinking shown as thinking.
+        reasoning_effort: ``default`` (the template's), ``low``, ``medium`` or ``high``:
+            the template's ``reasoning_effort`` where it reads one (gpt-oss).
     """
 
     max_tokens: int = 512
@@ -64,6 +80,9 @@ class SamplingParams:
     min_p: float = 0.05
     repeat_penalty: float = 1.1
     seed: int = -1
+    reasoning_budget: int = -1
+    thinking: str = "auto"
+    reasoning_effort: str = "default"
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,10 @@ class ModelInfo:
             as one line for the user; None when it can. A server that starts a new
             reply after a final assistant message sets it (llama-cpp-python's
             ``llama_cpp.server``, issue 19).
+        thinking_switches: which of :attr:`SamplingParams.thinking` and
+            :attr:`SamplingParams.reasoning_effort` take effect with this model
+            (``thinking``, ``reasoning_effort``); a remote engine cannot know and
+            offers both.
     """
 
     name: str
@@ -98,6 +121,7 @@ class ModelInfo:
     n_layers: int = 0
     notices: tuple[str, ...] = ()
     continue_refused: str | None = None
+    thinking_switches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,10 @@ class PrefillDone:
         notices: one-line warnings for the user about this prompt, each said once per
             load (a chat template that could not render the conversation). They may
             quote the model file: show them through the sanitiser.
+        thinking: the tags the reply's thinking is between (from the chat template),
+            or None when the text is not to be split.
+        thinking_open: the prompt opened the thinking (the template's generation
+            prompt ends with the opening tag): the reply starts as thinking.
     """
 
     n_prompt_tokens: int
@@ -120,6 +148,8 @@ class PrefillDone:
     prefill_ms: float
     trimmed_messages: int = 0
     notices: tuple[str, ...] = ()
+    thinking: ThinkingFormat | None = None
+    thinking_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,12 +200,19 @@ class TokenPiece:
         control: the spelled-out text of a control token the reply ended at although it
             is not end-of-generation (one that opens a new turn: ``<|im_start|>``);
             "" otherwise. Only the trace records it.
+        part: None for text the streaming core splits by the thinking tags itself;
+            ``reasoning`` or ``answer`` for text the engine already knows the kind of
+            (a server's ``reasoning_content``).
+        injected: text the engine put in the reply itself, not sampled (the wrap-up
+            that closes the thinking at the budget); not a decode step.
     """
 
     data: bytes
     eog: bool = False
     step_ms: float = 0.0
     control: str = ""
+    part: PartKind | None = None
+    injected: bool = False
 
 
 EngineEvent = PrefillProgress | PrefillDone | TokenPiece
@@ -243,6 +280,7 @@ class CancelToken:
 
     _event: threading.Event = field(default_factory=threading.Event)
     requested_at: float | None = None
+    _answer_now: threading.Event = field(default_factory=threading.Event, repr=False)
     _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -287,6 +325,16 @@ class CancelToken:
     def is_set(self) -> bool:
         """True once cancellation was requested."""
         return self._event.is_set()
+
+    def answer_now(self) -> None:
+        """Ask the engine to close the thinking at the next decode step and answer
+        (the "answer now" key); the reply goes on. Any thread."""
+        self._answer_now.set()
+
+    @property
+    def answer_requested(self) -> bool:
+        """True once :meth:`answer_now` was called."""
+        return self._answer_now.is_set()
 
     def wait(self, timeout_s: float) -> bool:
         """Sleep up to ``timeout_s`` seconds, waking early on cancel; True if cancelled."""

@@ -27,6 +27,7 @@ from tui_chat.engine.base import (
     Step,
     TokenPiece,
 )
+from tui_chat.engine.reasoning import ThinkingFormat
 
 EOG = object()
 """Put in :func:`paced` input to produce an end-of-generation token."""
@@ -70,7 +71,17 @@ class FakeEngine:
         batch_s: the prefill's cancel granularity in seconds.
         n_ctx: reported context window.
         load_error: if set, :meth:`load` raises :class:`EngineError` with it.
+        thinking: the thinking tags its replies use, as a chat template would give
+            (``PrefillDone.thinking``: the streaming core splits the text at them);
+            None for a model without thinking. With it, an "answer now"
+            (:meth:`CancelToken.answer_now`) puts the closing tag in the reply, as an
+            injected piece, and skips the script's thinking up to its own closing tag.
+        thinking_open: the prompt opens the thinking (``PrefillDone.thinking_open``):
+            the script starts inside it.
     """
+
+    answers_now = True
+    """It ends the thinking itself on "answer now" (:meth:`CancelToken.answer_now`)."""
 
     def __init__(
         self,
@@ -84,6 +95,8 @@ class FakeEngine:
         n_ctx: int = 4096,
         load_error: str | None = None,
         name: str = "fake-model",
+        thinking: ThinkingFormat | None = None,
+        thinking_open: bool = False,
     ) -> None:
         self._scripts = scripts
         self._stops = tuple(stop_strings)
@@ -96,6 +109,8 @@ class FakeEngine:
         self.n_ctx = n_ctx
         self.load_error = load_error
         self.name = name
+        self.thinking = thinking
+        self.thinking_open = thinking_open
         self._info: ModelInfo | None = None
         self._lock = threading.Lock()
         self._active = 0
@@ -187,12 +202,30 @@ class FakeEngine:
         if cancel.is_set():
             return
         prefill_ms = (time.perf_counter() - t0) * 1000
-        yield PrefillDone(n_prompt_tokens=n_prompt, n_evaluated=n_prompt, prefill_ms=prefill_ms)
+        yield PrefillDone(
+            n_prompt_tokens=n_prompt,
+            n_evaluated=n_prompt,
+            prefill_ms=prefill_ms,
+            thinking=self.thinking,
+            thinking_open=self.thinking_open,
+        )
+        close = self.thinking.close.encode() if self.thinking is not None else b""
+        may_think = bool(close)  # until the script's own closing tag has played
+        seen = b""
+        skipping = False  # an answer now: the script's thinking is left out
         start = time.perf_counter()
         prev = start
         for i, step in enumerate(script):
             if i >= params.max_tokens:
                 return
+            if may_think:
+                if cancel.answer_requested and not skipping:
+                    skipping = True
+                    yield TokenPiece(close, injected=True)
+                seen = seen[-len(close) :] + step.data
+                may_think = close not in seen
+                if skipping:
+                    continue
             delay = start + step.at_s - time.perf_counter()
             if delay > 0:
                 # A decode step in progress: a cancel ends it early, as the step

@@ -33,6 +33,7 @@ only what is new, as on turn 2 of a chat that never stopped.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
 import os
@@ -67,7 +68,8 @@ from tui_chat.engine.modelfile import (
     read_trained_context,
     total_memory_bytes,
 )
-from tui_chat.engine.prompt import Prompt, content, normalize, tokenize_parts
+from tui_chat.engine.prompt import Prompt, content, glue, normalize, tokenize_parts
+from tui_chat.engine.reasoning import WRAP_UP, ThinkingFormat, ThinkingSplitter, starts_inside
 from tui_chat.engine.splice import Mark, Splice
 from tui_chat.engine.templates import ChatTemplate, RenderError, choose_template
 from tui_chat.engine.turns import turn_openers
@@ -159,6 +161,9 @@ class LlamaEngine:
             (``{"enable_thinking": False}``); None passes none.
     """
 
+    answers_now = True
+    """It ends the thinking itself on "answer now" (:meth:`CancelToken.answer_now`)."""
+
     def __init__(
         self,
         model: ModelHeader | str | Path,
@@ -190,6 +195,8 @@ class LlamaEngine:
         self._template: ChatTemplate | None = None
         # Control tokens that open a new turn: a reply ends at them (engine/turns.py).
         self._turn_openers: frozenset[int] = frozenset()
+        # Control tokens that spell a thinking tag -> their text (gpt-oss, Gemma 4).
+        self._tag_tokens: dict[int, bytes] = {}
         # Notices for the next PrefillDone, and whether the template's fallback was
         # announced (once per load).
         self._notices: list[str] = []
@@ -333,6 +340,7 @@ class LlamaEngine:
         if note:
             notices.append(note)
         vocab_of = self._prompt_vocab
+        self._tag_tokens = _tag_tokens(self._template, vocab_of)
         self._turn_openers = turn_openers(
             self._template,
             lambda text: vocab_of.tokenize(text, special=True),
@@ -354,6 +362,10 @@ class LlamaEngine:
             n_gpu_layers=offloaded,
             n_layers=n_layers,
             notices=tuple(notices),
+            thinking_switches=tuple(
+                {"enable_thinking": "thinking", "reasoning_effort": "reasoning_effort"}[v]
+                for v in sorted(self._template.switches)
+            ),
         )
         return self._info
 
@@ -558,6 +570,7 @@ class LlamaEngine:
     ) -> Iterator[EngineEvent]:
         llm = self._llm
         t0 = time.perf_counter()
+        self._switch_thinking(params)
         parts, tokens, mark, dropped = self._fit(messages, params.max_tokens)
         # The KV cache holds llm.input_ids[:llm.n_tokens]. Reuse its longest common
         # prefix with the new prompt, keeping at least one token to evaluate so the
@@ -594,12 +607,20 @@ class LlamaEngine:
         import llama_cpp
 
         llm.set_seed(params.seed if params.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED)
+        fmt = self._template.thinking if self._template is not None else None
+        tail = "".join(p.text for p in parts[-4:])
+        inside = fmt is not None and (
+            starts_inside(tail, fmt) or (bool(messages) and _carries_thinking(messages[-1]))
+        )
+        budget = _Budget(fmt, inside, params.reasoning_budget, cancel)
+        vocab = self._prompt_vocab
         gen = llm.generate(tokens, **self._sampling_options(params))
         reply: list[int] = []
         first = True
         step_start = time.perf_counter()
         try:
-            for token in gen:
+            token = next(gen, None)
+            while token is not None:
                 now = time.perf_counter()
                 if first:
                     first = False
@@ -609,6 +630,8 @@ class LlamaEngine:
                         prefill_ms=(now - t0) * 1000,
                         trimmed_messages=dropped,
                         notices=self._take_notices(),
+                        thinking=fmt,
+                        thinking_open=inside,
                     )
                 step_ms = (now - step_start) * 1000
                 if self._is_eog(self._vocab, token):
@@ -621,14 +644,33 @@ class LlamaEngine:
                     yield TokenPiece(b"", eog=True, step_ms=step_ms, control=spelled)
                     break
                 reply.append(token)
+                # A thinking tag that is a control token reaches the splitter as text.
+                piece = self._tag_tokens.get(token) or self._piece(token)
                 # Keep the splice state current at every step: the consumer may stop
                 # iterating after any token (cancel, stop string, max tokens).
-                yield TokenPiece(self._piece(token), step_ms=step_ms)
+                yield TokenPiece(piece, step_ms=step_ms)
                 if cancel.is_set() or len(reply) >= params.max_tokens:
                     break
                 if len(tokens) + len(reply) >= self.n_ctx:
                     break
+                wrap_up = budget.step(piece)
+                if wrap_up and vocab is not None:
+                    # Close the thinking on the same KV cache: evaluate the last token
+                    # with the wrap-up and the end-of-thinking tag, then sample on from
+                    # there (the new generator finds it all cached: no second prefill).
+                    extra = vocab.tokenize(wrap_up, special=True)
+                    extra = extra[: max(0, self.n_ctx - len(tokens) - len(reply) - 1)]
+                    for t in extra:
+                        yield TokenPiece(self._tag_tokens.get(t) or self._piece(t), injected=True)
+                    gen.close()
+                    step_start = time.perf_counter()
+                    llm.eval([token, *extra])
+                    reply += extra
+                    gen = llm.generate(tokens + reply, **self._sampling_options(params))
+                    token = next(gen, None)
+                    continue
                 step_start = time.perf_counter()
+                token = next(gen, None)
         finally:
             gen.close()
             reply_bytes = b"".join(self._piece(t) for t in reply)
@@ -640,9 +682,32 @@ class LlamaEngine:
             # A reply that holds a control token is not spliced into the next prompt:
             # there it is plain text like every other message. Nor is one that is not
             # valid UTF-8 (its text is not what the tokens say).
-            if reply_text and tokens_of and not any(tokens_of.is_control(t) for t in reply):
+            if (
+                reply_text
+                and tokens_of
+                and not budget.seen
+                and not any(tokens_of.is_control(t) for t in reply)
+            ):
+                # A reply with thinking is not spliced either: the next prompt holds
+                # its answer alone (templates drop earlier thinking), so the KV cache
+                # is reused up to the reply's first token and no further.
                 self._splice.end_turn(reply_text, reply)
             self.last_prompt_tokens = tokens
+
+    def _switch_thinking(self, params: SamplingParams) -> None:
+        """Pass the conversation's thinking switches to the template for this reply's
+        renders (only those it reads; the rest is left to the template's defaults)."""
+        template = self._template
+        if template is None:
+            return
+        overrides: dict[str, object] = {}
+        if params.thinking in ("on", "off") and "enable_thinking" in template.switches:
+            overrides["enable_thinking"] = params.thinking == "on"
+        if params.reasoning_effort != "default" and "reasoning_effort" in template.switches:
+            overrides["reasoning_effort"] = params.reasoning_effort
+        if template.overrides != overrides:
+            template.overrides.clear()
+            template.overrides.update(overrides)
 
     def _sampling_options(self, params: SamplingParams) -> dict[str, Any]:
         """Keyword arguments of ``Llama.generate`` for ``params`` (tests add a
@@ -879,6 +944,65 @@ class LlamaEngine:
             llm.close()
 
 
+def _tag_tokens(template: ChatTemplate, vocab: LlamaVocab) -> dict[int, bytes]:
+    """Control tokens that spell one of the template's thinking tags, with the tag's
+    text: a control token decodes to no text, and the splitter must see the tag."""
+    fmt = template.thinking
+    out: dict[int, bytes] = {}
+    if fmt is None:
+        return out
+    for spelling in fmt.spellings:
+        ids = vocab.tokenize(spelling, special=True)
+        if len(ids) == 1 and vocab.is_control(ids[0]):
+            out[ids[0]] = spelling.encode("utf-8")
+    return out
+
+
+class _Budget:
+    """The engine's own watch on the thinking, for its budget and "answer now".
+
+    It splits the decoded reply with the same :class:`ThinkingSplitter` as the
+    streaming core (the engine must know when thinking ends to count it), and says
+    when to close it: after ``budget`` thinking tokens, or at the user's "answer now".
+
+    Args:
+        fmt: the template's thinking tags, or None (then it never acts).
+        inside: the prompt opened the thinking.
+        budget: most thinking tokens; -1 for no limit.
+        cancel: the reply's token (its ``answer_requested``).
+    """
+
+    def __init__(
+        self, fmt: ThinkingFormat | None, inside: bool, budget: int, cancel: CancelToken
+    ) -> None:
+        self._fmt = fmt
+        self._splitter = ThinkingSplitter(fmt, inside)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._budget = budget
+        self._cancel = cancel
+        self._n = 0
+        self._done = fmt is None
+        self.seen = inside
+        """True once the reply had thinking (it is then not spliced)."""
+
+    def step(self, piece: bytes) -> str | None:
+        """Take one sampled token's bytes; the text to append now, or None."""
+        if self._done:
+            return None
+        assert self._fmt is not None
+        self._splitter.feed(self._decoder.decode(piece))
+        if not self._splitter.thinking:
+            if self.seen:
+                self._done = True  # the model closed it itself
+            return None
+        self.seen = True
+        self._n += 1
+        if (0 <= self._budget <= self._n) or self._cancel.answer_requested:
+            self._done = True
+            return WRAP_UP + self._fmt.close + "\n\n"
+        return None
+
+
 def _render(template: ChatTemplate, messages: Sequence[ChatMessage]) -> Prompt:
     """``messages`` as ``template`` writes them.
 
@@ -893,8 +1017,21 @@ def _render(template: ChatTemplate, messages: Sequence[ChatMessage]) -> Prompt:
     """
     if messages and messages[-1]["role"] == "assistant":
         head = template.render(messages[:-1])
-        return normalize((*head, content(messages[-1]["content"])))
+        last = messages[-1]
+        fmt = template.thinking
+        if fmt is not None and _carries_thinking(last):
+            # A reply cut while thinking goes on inside its thinking (issue 18).
+            opened = starts_inside("".join(p.text for p in head[-4:]), fmt)
+            tag = () if opened else (glue(fmt.open + "\n"),)
+            return normalize((*head, *tag, content(last.get("reasoning", ""))))
+        return normalize((*head, content(last["content"])))
     return normalize(template.render(messages))
+
+
+def _carries_thinking(message: ChatMessage) -> bool:
+    """True for an assistant message carried on inside its thinking (it has thinking
+    and no answer yet)."""
+    return bool(message.get("reasoning")) and not message["content"].strip()
 
 
 class _ProgressHook:

@@ -30,6 +30,15 @@ server's context window is sent again without its oldest turns
 (:mod:`tui_chat.engine.overflow`); and a server that cannot continue a reply says so
 (:func:`continue_refusal`).
 
+Reasoning models (issue 18): a server that splits the thinking from the answer streams
+it in its own delta field, ``reasoning_content`` (llama-server, DeepSeek's API, vLLM
+before late 2025) or ``reasoning`` (vLLM since, Ollama, OpenRouter). Those pieces are
+yielded as ``TokenPiece(part="reasoning")``, and they count as the server's progress
+like answer text: a long thinking phase is not a silent server. A server that does not
+split sends the tags inside the content; :class:`PrefillDone` says they are
+``<think>`` tags (:data:`~tui_chat.engine.reasoning.DEFAULT_FORMAT`), and the streaming
+core splits them.
+
 Everything a server sends is untrusted: error texts and model names are cut to one
 line without control or format characters before they go into a message, and the
 API key is never part of any message, log line or repr.
@@ -68,6 +77,7 @@ from tui_chat.engine.overflow import (
     parse_error_body,
     read_context_full,
 )
+from tui_chat.engine.reasoning import DEFAULT_FORMAT, PartKind
 from tui_chat.engine.sse import SSEError, SSEEvent, SSEParser
 
 DEFAULT_READ_TIMEOUT_S = 60.0
@@ -163,6 +173,20 @@ def chat_request_body(
     fields they do not know). A seed of -1 (random) is left out. ``model`` None is left
     out (llama-cpp-python's and llama.cpp's servers then use the model they serve). A
     final assistant message asks the server to continue it (``continue_final_message``).
+
+    A thinking budget (``params.reasoning_budget`` >= 0) is sent as
+    ``thinking_budget_tokens``, llama-server's per-request field (its ``--reasoning-budget``
+    sampler closes the thinking there, for a chat template whose thinking tags it
+    knows; in builds from before March 2026, and in those where the server's own
+    ``--reasoning-budget`` is set and takes precedence, it has no effect). vLLM and Ollama
+    ignore fields they do not know (vLLM logs that it did); vLLM's own
+    ``thinking_token_budget`` is not sent, as vLLM refuses every request that carries it
+    unless the server was started with a reasoning parser (HTTP 400).
+
+    The thinking switch (``params.thinking`` on or off) goes as
+    ``chat_template_kwargs.enable_thinking``, which llama-server and vLLM hand to the
+    chat template; ``params.reasoning_effort`` as OpenAI's ``reasoning_effort`` (vLLM
+    for gpt-oss, Ollama; llama-server ignores it). ``auto`` and ``default`` send nothing.
     """
     body: dict[str, Any] = {
         "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
@@ -184,6 +208,13 @@ def chat_request_body(
         body["add_generation_prompt"] = False
     if params.seed >= 0:
         body["seed"] = params.seed
+    if params.reasoning_budget >= 0:
+        body["thinking_budget_tokens"] = params.reasoning_budget
+    if params.thinking in ("on", "off"):
+        # llama-server and vLLM pass these to the chat template (Qwen3's switch).
+        body["chat_template_kwargs"] = {"enable_thinking": params.thinking == "on"}
+    if params.reasoning_effort != "default":
+        body["reasoning_effort"] = params.reasoning_effort  # OpenAI's field; gpt-oss, Ollama
     return body
 
 
@@ -326,6 +357,7 @@ class RemoteEngine:
             n_ctx=n_ctx or 0,
             chat_format="server",
             continue_refused=continue_refusal(owned_by),
+            thinking_switches=("thinking", "reasoning_effort"),  # the server decides
         )
         return self._info
 
@@ -336,9 +368,14 @@ class RemoteEngine:
 
         ``PrefillDone`` comes with the server's first event (``prefill_ms`` is the
         time from sending the request to it; token counts are 0, the stream does not
-        carry them). One ``TokenPiece`` per event that has text; an end-of-generation
-        piece when the server says ``finish_reason: stop``; nothing more for
-        ``length``. Stops after ``params.max_tokens`` pieces even if the server does not.
+        carry them; ``thinking`` is ``<think>``, for tags inside the content). One
+        ``TokenPiece`` per event that has text, and two for an event with both thinking
+        and answer text: the thinking first, with ``part="reasoning"``, then the content
+        with ``part`` None. An end-of-generation piece when the server says
+        ``finish_reason: stop``; nothing more for ``length`` (also when the reply was
+        all thinking). Stops after ``params.max_tokens`` pieces, thinking included, even
+        if the server does not (servers count thinking tokens in ``max_tokens`` too).
+        Thinking text moves the ``read_timeout_s`` deadline like answer text.
 
         A server that says the prompt does not fit its context window is sent it again
         without the oldest turns, at most
@@ -538,7 +575,9 @@ class RemoteEngine:
         n_pieces = 0
         finish: str | None = None
         done = False
-        carry = ""
+        # Half of a surrogate pair carried to the next event, for each of the two
+        # fields (a pair is never split between the thinking and the answer).
+        carry: dict[PartKind | None, str] = {"reasoning": "", None: ""}
         seen = False  # any event at all
         grace: threading.Timer | None = None
 
@@ -580,20 +619,28 @@ class RemoteEngine:
                         continue
                     if not prefilled:
                         prefilled = True
-                        yield PrefillDone(0, 0, (now - t0) * 1000, trimmed_messages=n_dropped)
+                        yield PrefillDone(
+                            0,
+                            0,
+                            (now - t0) * 1000,
+                            trimmed_messages=n_dropped,
+                            thinking=DEFAULT_FORMAT,
+                        )
                         last = now
-                    content, reason = choice
-                    if content:
-                        data, carry = _content_bytes(content, carry)
-                        if data:
-                            if n_pieces >= params.max_tokens:
-                                return  # a server that ignores max_tokens
-                            n_pieces += 1
-                            yield TokenPiece(data, step_ms=(now - last) * 1000)
-                            last = now
-                            deadline = now + self.read_timeout_s
-                    if reason and finish is None:
-                        finish = reason
+                    for part, text in choice.parts:
+                        if not text:
+                            continue
+                        data, carry[part] = _content_bytes(text, carry[part])
+                        if not data:
+                            continue
+                        if n_pieces >= params.max_tokens:
+                            return  # a server that ignores max_tokens
+                        n_pieces += 1
+                        yield TokenPiece(data, step_ms=(now - last) * 1000, part=part)
+                        last = now
+                        deadline = now + self.read_timeout_s
+                    if choice.finish_reason and finish is None:
+                        finish = choice.finish_reason
                         start_grace()
                 if cancel.is_set():
                     break
@@ -618,8 +665,9 @@ class RemoteEngine:
                 "the connection to the server was lost mid-reply (the stream ended "
                 "before the server said it was done)"
             )
-        if carry:  # half of a surrogate pair that never got its other half
-            yield TokenPiece("\ufffd".encode(), step_ms=0.0)
+        for part, left in carry.items():
+            if left:  # half of a surrogate pair that never got its other half
+                yield TokenPiece("\ufffd".encode(), step_ms=0.0, part=part)
         if finish != "length":
             yield TokenPiece(b"", eog=True)
 
@@ -641,7 +689,9 @@ class RemoteEngine:
             raise EngineError(f"the server reported an error: {said}")
         try:
             choice = payload["choices"][0]
-            content = choice["message"]["content"] or ""
+            message = choice["message"]
+            content = message["content"] or ""
+            reasoning = _reasoning_of(message)
             reason = choice.get("finish_reason")
             if not isinstance(content, str):
                 raise TypeError
@@ -650,12 +700,19 @@ class RemoteEngine:
             raise EngineError(
                 f"the server did not answer with an event stream: {snippet!r}"
             ) from None
-        yield PrefillDone(0, 0, (time.perf_counter() - t0) * 1000, trimmed_messages=n_dropped)
-        data, carry = _content_bytes(content, "")
-        if carry:
-            data += "\ufffd".encode()
-        if data:
-            yield TokenPiece(data)
+        yield PrefillDone(
+            0,
+            0,
+            (time.perf_counter() - t0) * 1000,
+            trimmed_messages=n_dropped,
+            thinking=DEFAULT_FORMAT,
+        )
+        for part, text in _Chunk(reasoning, content, reason).parts:
+            data, carry = _content_bytes(text, "")
+            if carry:
+                data += "\ufffd".encode()
+            if data:
+                yield TokenPiece(data, part=part)
         if reason != "length":
             yield TokenPiece(b"", eog=True)
 
@@ -939,16 +996,58 @@ def _message_of(payload: Any) -> str:
     return json.dumps(payload)
 
 
-def _parse_chunk(event: SSEEvent, api_key: str | None) -> tuple[str, str | None] | None:
-    """(content, finish_reason) of the first choice of a chunk; None for a chunk
-    without choices (usage, timings). Raises EngineError for a malformed event, and
-    :class:`_ServerErrorEvent` for an error: an ``error`` event (llama-server's
-    ``error:`` line), an ``{"error": ...}`` object (OpenAI's shape, also a bare string)
-    or vLLM's ``{"object": "error", "message": ...}``.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where servers put the thinking in a delta (or a whole reply's message), apart from
+the answer: ``reasoning_content`` is DeepSeek's name, which llama-server and vLLM
+adopted; ``reasoning`` is Ollama's and OpenRouter's, and vLLM's since it renamed the
+field (RFC 27755, November 2025; ``reasoning_content`` left its output in January
+2026). A server may send both with the same text (mlx-vlm's does, for older clients),
+so they are alternatives, read in this order, never joined."""
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """What one ``chat.completion.chunk`` says of its first choice (internal).
+
+    Attributes:
+        reasoning: thinking text ("" for none).
+        content: answer text, or text with the thinking tags inside ("" for none).
+        finish_reason: the server's reason the reply ended, None while it goes on.
+    """
+
+    reasoning: str
+    content: str
+    finish_reason: str | None
+
+    @property
+    def parts(self) -> tuple[tuple[PartKind | None, str], tuple[PartKind | None, str]]:
+        """The text by part, thinking first (it comes before the answer)."""
+        return (("reasoning", self.reasoning), (None, self.content))
+
+
+def _reasoning_of(message: dict[str, Any]) -> str:
+    """The thinking in a delta or message (see :data:`REASONING_FIELDS`); "" for none.
+
+    A value that is not a string (null, or a shape we do not know) is no thinking: these
+    fields are extensions, and the answer should not fail over one we cannot read.
+    """
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _parse_chunk(event: SSEEvent, api_key: str | None) -> _Chunk | None:
+    """The first choice of a chunk; None for a chunk without choices (usage, timings).
+    Raises EngineError for a malformed event, and :class:`_ServerErrorEvent` for an
+    error: an ``error`` event (llama-server's ``error:`` line), an ``{"error": ...}``
+    object (OpenAI's shape, also a bare string) or vLLM's ``{"object": "error",
+    "message": ...}``.
 
     The data is decoded with ``surrogateescape``: bytes that are not UTF-8 (a server
     that split a character between two events without escaping it) survive into the
-    content string and are turned back into the same bytes by :func:`_content_bytes`.
+    text strings and are turned back into the same bytes by :func:`_content_bytes`.
     """
     text = event.data.decode("utf-8", "surrogateescape")
     try:
@@ -971,13 +1070,14 @@ def _parse_chunk(event: SSEEvent, api_key: str | None) -> tuple[str, str | None]
         choice = choices[0]
         delta = choice.get("delta") or {}
         content = delta.get("content") or ""
+        reasoning = _reasoning_of(delta)
         reason = choice.get("finish_reason")
         if not isinstance(content, str) or not (reason is None or isinstance(reason, str)):
             raise TypeError
     except (TypeError, AttributeError, KeyError, IndexError):
         snippet = _one_line(event.data.decode("utf-8", "replace"), 80, api_key)
         raise EngineError(f"the server sent a malformed event: {snippet!r}") from None
-    return content, reason
+    return _Chunk(reasoning, content, reason)
 
 
 _PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")

@@ -26,6 +26,7 @@ from tui_chat.engine.base import (
     TokenPiece,
 )
 from tui_chat.engine.decode import StreamDecoder
+from tui_chat.engine.reasoning import PartKind, ThinkingSplitter
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -73,11 +74,18 @@ class StreamStats:
         trimmed_messages: oldest messages left out of the prompt to fit ``n_ctx``.
         step_ms: duration of each decode step in milliseconds.
         stalls: the decode steps that stalled (see :meth:`add_step`).
+        n_thinking_tokens: reply tokens that were thinking (issue 18).
+        first_answer_at: when the first answer text left the engine (None before; the
+            thinking's end for a reasoning model, else the first token).
+        thinking: the reply is thinking now.
     """
 
     started_at: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    n_thinking_tokens: int = 0
+    first_answer_at: float | None = None
+    thinking: bool = False
     n_tokens: int = 0
     n_prompt_tokens: int = 0
     n_evaluated: int = 0
@@ -118,6 +126,10 @@ class StreamStats:
             n_tokens=self.n_tokens,
             trimmed_messages=self.trimmed_messages,
             last_stall=self.stalls[-1] if self.stalls else None,
+            n_thinking_tokens=self.n_thinking_tokens,
+            thinking_ms=self.thinking_ms,
+            ttfa_ms=self.ttfa_ms,
+            thinking=self.thinking,
         )
 
     @property
@@ -131,6 +143,23 @@ class StreamStats:
         if self.first_token_at is None:
             return None
         return (self.first_token_at - self.started_at) * 1000
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        """Time to the first answer token in milliseconds (after any thinking), or None
+        before it."""
+        if self.first_answer_at is None:
+            return None
+        return (self.first_answer_at - self.started_at) * 1000
+
+    @property
+    def thinking_ms(self) -> float | None:
+        """How long the thinking took (or has taken so far) in milliseconds; None for a
+        reply without thinking."""
+        if not self.n_thinking_tokens or self.first_token_at is None:
+            return None
+        end = self.first_answer_at or self.last_token_at or self.first_token_at
+        return (end - self.first_token_at) * 1000
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -162,6 +191,10 @@ class StatsSnapshot:
         n_tokens: reply tokens so far.
         trimmed_messages: oldest messages left out to fit the context window.
         last_stall: the latest stall of the reply, or None.
+        n_thinking_tokens: reply tokens that were thinking.
+        thinking_ms: time spent thinking in ms, None without thinking.
+        ttfa_ms: time to the first answer token in ms, None before it.
+        thinking: the reply is thinking now.
     """
 
     ttft_ms: float | None = None
@@ -172,6 +205,10 @@ class StatsSnapshot:
     n_tokens: int = 0
     trimmed_messages: int = 0
     last_stall: Stall | None = None
+    n_thinking_tokens: int = 0
+    thinking_ms: float | None = None
+    ttfa_ms: float | None = None
+    thinking: bool = False
 
 
 @dataclass
@@ -187,6 +224,12 @@ class StreamResult:
         error: user-facing message when ``reason == "error"``.
         incomplete: the bytes of a character the reply was cut inside (not in
             ``text``; see :class:`~tui_chat.engine.decode.StreamDecoder`).
+        reasoning: the reply's thinking, tags removed ("" for none); ``text`` is then
+            the answer alone.
+        thinking_unclosed: the reply ended while still thinking (``max_tokens`` ran
+            out, or it was stopped): it has no answer yet.
+        budget_reached: the engine closed the thinking itself, at the budget or at
+            the user's "answer now".
     """
 
     text: str
@@ -194,6 +237,9 @@ class StreamResult:
     stats: StreamStats
     error: str | None = None
     incomplete: bytes = b""
+    reasoning: str = ""
+    thinking_unclosed: bool = False
+    budget_reached: bool = False
 
 
 class StreamSink(Protocol):
@@ -203,7 +249,19 @@ class StreamSink(Protocol):
         """The prompt is evaluated."""
 
     def on_text(self, text: str, stats: StreamStats) -> None:
-        """New reply text (never empty). ``stats`` is updated before the call."""
+        """New answer text (never empty). ``stats`` is updated before the call."""
+
+
+class ReasoningSink(Protocol):
+    """The optional part of a sink: the thinking (issue 18).
+
+    :func:`run_stream` calls ``on_reasoning`` when the sink has it; a sink without it
+    gets no thinking (headless output without ``--show-thinking``).
+    """
+
+    def on_reasoning(self, text: str, stats: StreamStats) -> None:
+        """New thinking text (never empty, tags removed). Engine thread; must not
+        block."""
 
 
 class ProgressSink(Protocol):
@@ -297,6 +355,7 @@ def run_stream(
         sampling=asdict(params),
     )
     on_progress = getattr(sink, "on_prefill_progress", None)
+    parts = _Parts(sink)
     events = engine.generate(messages, params, cancel)
     try:
         for event in events:
@@ -309,11 +368,21 @@ def run_stream(
                 stats.n_evaluated = event.n_evaluated
                 stats.prefill_ms = event.prefill_ms
                 stats.trimmed_messages = event.trimmed_messages
+                parts.splitter = ThinkingSplitter(event.thinking, event.thinking_open)
+                stats.thinking = parts.splitter.thinking
+                thinking: dict[str, Any] = {}
+                if event.thinking is not None:
+                    fmt = event.thinking
+                    tags = [fmt.open, fmt.close] + (
+                        [fmt.answer_prefix] if fmt.answer_prefix else []
+                    )
+                    thinking = {"thinking": tags, "thinking_open": event.thinking_open}
                 tr(
                     "prefill",
                     n_prompt_tokens=event.n_prompt_tokens,
                     n_evaluated=event.n_evaluated,
                     prefill_ms=round(event.prefill_ms, 3),
+                    **thinking,
                 )
                 sink.on_prefill(event, stats)
                 continue
@@ -324,13 +393,20 @@ def run_stream(
                 tr("token", bytes="", eog=True, step_ms=round(event.step_ms, 3), **control)
                 reason = "stop"
                 break
-            stats.n_tokens += 1
-            stall = stats.add_step(event.step_ms)
-            if stats.first_token_at is None:
-                stats.first_token_at = now
-            stats.last_token_at = now
+            stall = None
+            if event.injected:
+                parts.budget_reached = True
+            else:
+                stats.n_tokens += 1
+                stall = stats.add_step(event.step_ms)
+                if stats.first_token_at is None:
+                    stats.first_token_at = now
+                stats.last_token_at = now
             if trace is not None:  # the hex and rounding are for the trace alone
-                trace("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3))
+                injected = {"injected": True} if event.injected else {}
+                part = {"part": event.part} if event.part else {}
+                trace("token", bytes=event.data.hex(), step_ms=round(event.step_ms, 3),
+                      **injected, **part)  # fmt: skip
             if stall is not None:
                 tr(
                     "stall",
@@ -339,8 +415,8 @@ def run_stream(
                     median_ms=round(stall.median_ms, 3),
                 )
             text = decoder.feed(event.data)
-            if text:
-                sink.on_text(text, stats)
+            if text or event.part == "reasoning":
+                parts.feed(text, event.part, stats, now, counted=not event.injected)
             if decoder.stopped:
                 reason = "stop"
                 break
@@ -358,8 +434,8 @@ def run_stream(
     if cancel.is_set() and reason == "length":
         reason = "cancelled"
     tail = decoder.flush()
-    if tail:
-        sink.on_text(tail, stats)
+    parts.feed(tail, None, stats, time.perf_counter(), counted=False)
+    parts.end(stats)
     if cancel.is_set():
         tr("cancel_honoured", requested_at_offset_ms=_offset_ms(cancel.requested_at, stats))
     ended: dict[str, Any] = {"reason": reason}
@@ -367,14 +443,94 @@ def run_stream(
         ended["error"] = error
     if decoder.incomplete:
         ended["incomplete"] = decoder.incomplete.hex()
+    if parts.reasoning:
+        ended["n_thinking_tokens"] = stats.n_thinking_tokens
     tr("end", **ended)
-    text = decoder.text
+    text = parts.answer
     if decoder.stopped:
         # Whitespace before a turn marker is template glue, not reply (case C14). Other
         # endings keep the text exactly as generated, so that the next prompt starts
         # with the same tokens that are in the KV cache (case C20).
         text = text.rstrip()
-    return StreamResult(text, reason, stats, error, decoder.incomplete)
+    return StreamResult(
+        text,
+        reason,
+        stats,
+        error,
+        decoder.incomplete,
+        reasoning=parts.reasoning.rstrip(),
+        thinking_unclosed=parts.unclosed,
+        budget_reached=parts.budget_reached,
+    )
+
+
+class _Parts:
+    """The reply's parts as they stream: the thinking splitter, what it gave out, and
+    the sink calls (the answer to ``on_text``, thinking to ``on_reasoning``)."""
+
+    def __init__(self, sink: StreamSink) -> None:
+        self._sink = sink
+        self._on_reasoning = getattr(sink, "on_reasoning", None)
+        self.splitter = ThinkingSplitter(None)
+        self._answer: list[str] = []
+        self._reasoning: list[str] = []
+        self.budget_reached = False
+        self.unclosed = False
+        self._typed_open = False  # a server's typed thinking with no answer after it
+        self._before_answer = 0
+
+    def feed(
+        self, text: str, kind: PartKind | None, stats: StreamStats, now: float, counted: bool
+    ) -> None:
+        """Split ``text`` (or take it as ``kind``) and hand the parts on."""
+        splitter = self.splitter
+        if kind is None:
+            out = splitter.feed(text) if text else []
+            if splitter.retyped:
+                # A closing tag with no opening one: the answer so far was thinking.
+                splitter.retyped = False
+                self._reasoning[:0], self._answer = self._answer, []
+                stats.first_answer_at = None
+                self._before_answer = stats.n_tokens - (1 if counted else 0)
+        else:
+            out = [(kind, text)] if text else []
+            self._typed_open = self._typed_open or (kind == "reasoning" and bool(text))
+        self._give(out, stats, now)
+        # The thinking tokens are those before the first answer token (tags and the
+        # blank line after the closing tag included), in a reply that has thinking.
+        if counted and stats.first_answer_at is None:
+            self._before_answer += 1
+            if self._reasoning or splitter.thinking:
+                stats.n_thinking_tokens = self._before_answer
+        stats.thinking = splitter.thinking or kind == "reasoning"
+
+    def end(self, stats: StreamStats) -> None:
+        """The reply ended: give out what the splitter held back."""
+        self._give(self.splitter.flush(), stats, time.perf_counter())
+        self.unclosed = self.splitter.thinking or self._typed_open
+        stats.thinking = False
+
+    def _give(self, out: list[tuple[PartKind, str]], stats: StreamStats, now: float) -> None:
+        """Keep and hand on ``out``."""
+        for part, piece in out:
+            if part == "reasoning":
+                self._reasoning.append(piece)
+                if self._on_reasoning is not None:
+                    self._on_reasoning(piece, stats)
+            else:
+                self._typed_open = False
+                if stats.first_answer_at is None:
+                    stats.first_answer_at = now
+                self._answer.append(piece)
+                self._sink.on_text(piece, stats)
+
+    @property
+    def answer(self) -> str:
+        return "".join(self._answer)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
 
 
 def _offset_ms(at: float | None, stats: StreamStats) -> float | None:

@@ -27,11 +27,12 @@ import datetime
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.prompt import Prompt, PromptPart, content, glue, normalize
+from tui_chat.engine.reasoning import ThinkingFormat, thinking_format
 
 if TYPE_CHECKING:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -52,12 +53,28 @@ class ChatTemplate:
             the engine also stops on the model's end-of-generation tokens.
         fallback: the built-in format for a conversation this template cannot
             render (a Jinja template's :class:`RenderError`), or None.
+        thinking: the tags the template puts around a reasoning model's thinking
+            (:func:`~tui_chat.engine.reasoning.thinking_format`), or None.
+        switches: the thinking switches the template reads (:data:`SWITCHES`:
+            ``enable_thinking`` for Qwen3 and kin, ``reasoning_effort`` for gpt-oss).
+        overrides: variables for the next renders, on top of the template's own (the
+            engine sets a conversation's switches here before it renders; engine thread
+            only). Shared by copies made with :func:`dataclasses.replace`.
     """
 
     name: str
     render: Callable[[Sequence[ChatMessage]], Prompt]
     stop_strings: tuple[str, ...]
     fallback: ChatTemplate | None = None
+    thinking: ThinkingFormat | None = None
+    switches: frozenset[str] = frozenset()
+    overrides: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+SWITCHES = ("enable_thinking", "reasoning_effort")
+"""Template variables that switch a reasoning model's thinking: ``enable_thinking``
+(true/false: Qwen3, DeepSeek V3.1, GLM, SmolLM3...) and ``reasoning_effort``
+(low/medium/high: gpt-oss, Command A). A template reads one if its source names it."""
 
 
 def _merge_system(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -350,13 +367,15 @@ def jinja_template(
     except jinja2.TemplateError as exc:
         raise ValueError(f"chat template does not compile: {exc}") from exc
 
+    overrides: dict[str, object] = {}
+
     def run(messages: list[dict[str, str]], now: datetime.datetime) -> str:
         try:
             text = compiled.render(
                 bos_token=bos_token,
                 eos_token=eos_token,
                 strftime_now=now.strftime,
-                **extra,
+                **{**extra, **overrides},
                 messages=messages,
                 add_generation_prompt=True,
             )
@@ -392,10 +411,29 @@ def jinja_template(
                               "where it is")  # fmt: skip
         return _fill(pieces, contents, real)
 
+    def raw(messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
+        return str(
+            compiled.render(
+                bos_token=bos_token,
+                eos_token=eos_token,
+                strftime_now=datetime.datetime.now().strftime,
+                **extra,
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+            )
+        )
+
     stops = tuple(s for s in _KNOWN_MARKERS if s in source)
     if eos_token and eos_token not in stops:
         stops += (eos_token,)
-    return ChatTemplate("jinja", render, stops)
+    return ChatTemplate(
+        "jinja",
+        render,
+        stops,
+        thinking=thinking_format(lambda m: raw(m, False), lambda m: raw(m, True), source),
+        switches=frozenset(v for v in SWITCHES if v in source and v not in extra),
+        overrides=overrides,
+    )
 
 
 PROBE: tuple[ChatMessage, ...] = (

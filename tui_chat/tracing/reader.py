@@ -98,6 +98,21 @@ def _stop_strings(v: Any) -> str | None:
     return None
 
 
+def _thinking_tags(v: Any) -> str | None:
+    if (
+        not isinstance(v, list)
+        or not 2 <= len(v) <= 3
+        or not all(isinstance(x, str) and len(x) <= 256 for x in v)
+        or not (v[0] and v[1])
+    ):
+        return "a list [open, close] or [open, close, answer prefix] of tags up to 256 characters"
+    return None
+
+
+def _part(v: Any) -> str | None:
+    return None if v in ("reasoning", "answer") else "reasoning or answer"
+
+
 def _optional(check: Any) -> Any:
     def optional(v: Any) -> str | None:
         return None if v is None else check(v)
@@ -116,8 +131,16 @@ FIELDS: dict[str, dict[str, Any]] = {
         "eog": _boolean,
         "step_ms": _optional(_MS),
         "control": _optional(_text(MAX_TEXT)),
+        "part": _optional(_part),
+        "injected": _optional(_boolean),
     },
-    "prefill": {"n_prompt_tokens": _COUNT, "n_evaluated": _COUNT, "prefill_ms": _MS},
+    "prefill": {
+        "n_prompt_tokens": _COUNT,
+        "n_evaluated": _COUNT,
+        "prefill_ms": _MS,
+        "thinking": _optional(_thinking_tags),
+        "thinking_open": _optional(_boolean),
+    },
     "request": {
         "n_messages": _COUNT,
         "model": _optional(_text(MAX_TEXT)),

@@ -7,12 +7,17 @@ for is the Nth reply of the trace.
 
 What a replay reads (all other lines and fields are ignored; see :mod:`tui_chat.tracing.recorder`):
 
-- ``token``: ``bytes`` (hex) and ``eog``, played at ``t`` minus the reply's origin (its
-  ``request`` line, else the previous reply's ``end``, else 0), divided by the speed;
+- ``token``: ``bytes`` (hex), ``eog``, ``part`` (text the engine typed: a server's
+  thinking) and ``injected`` (the engine's own wrap-up at the thinking budget), played
+  at ``t`` minus the reply's origin (its ``request`` line, else the previous reply's
+  ``end``, else 0), divided by the speed;
 - ``end``: where a reply ends, at its ``t``; ``reason`` ``stop`` ends with an
   end-of-generation token (if the recorded tokens did not stop by themselves),
   ``error`` raises the recorded ``error``, ``length`` just ends;
-- ``prefill`` (optional): reported prompt counts and time, played at its ``t``;
+- ``prefill`` (optional): reported prompt counts and time, played at its ``t``, and
+  the template's thinking tags (``thinking``: ``[open, close]`` or ``[open, close,
+  answer prefix]``; ``thinking_open``: the prompt opened the thinking), so a reasoning
+  model's reply is split again the same way;
 - ``request`` (optional): ``stop_strings``, ``model`` and ``n_ctx`` of the recording,
   so stop handling is the same (default: the bundled Gemma model's turn markers);
 - ``cancel_requested`` (optional): the user's Esc, replayed by setting the cancel
@@ -43,6 +48,7 @@ from tui_chat.engine.base import (
     Step,
     TokenPiece,
 )
+from tui_chat.engine.reasoning import PartKind, ThinkingFormat
 from tui_chat.tracing.reader import load_trace, parse_trace_lines, split_replies
 
 DEFAULT_STOP_STRINGS = ("<end_of_turn>", "<start_of_turn>")
@@ -60,6 +66,9 @@ class ReplayReply:
     Attributes:
         steps: the tokens (:class:`~tui_chat.engine.base.Step`: time, bytes, eog).
         step_ms: each token's recorded decode-step time in milliseconds.
+        kinds: each token's recorded ``(part, injected)``.
+        thinking: the recorded thinking tags, or None.
+        thinking_open: the recorded prompt opened the thinking.
         prefill_at_s: when the prefill ended, or None if not recorded.
         n_prompt_tokens: recorded prompt length (0 if not recorded).
         n_evaluated: recorded evaluated prompt tokens (0 if not recorded).
@@ -72,6 +81,9 @@ class ReplayReply:
 
     steps: tuple[Step, ...]
     step_ms: tuple[float, ...]
+    kinds: tuple[tuple[PartKind | None, bool], ...] = ()
+    thinking: ThinkingFormat | None = None
+    thinking_open: bool = False
     prefill_at_s: float | None = None
     n_prompt_tokens: int = 0
     n_evaluated: int = 0
@@ -87,12 +99,13 @@ def replies_from_events(events: Sequence[dict[str, Any]]) -> list[ReplayReply]:
     out = []
     for reply in split_replies(events):
         origin = reply.origin_t
-        steps, step_ms = [], []
+        steps, step_ms, kinds = [], [], []
         for e in reply.of("token"):
             eog = bool(e.get("eog", False))
             data = b"" if eog else bytes.fromhex(e.get("bytes", ""))  # checked by the reader
             steps.append(Step(max(0.0, float(e["t"]) - origin), data, eog))
             step_ms.append(float(e.get("step_ms") or 0.0))
+            kinds.append((e.get("part"), bool(e.get("injected", False))))
         prefills = reply.of("prefill")
         cancels = reply.of("cancel_requested")
         kwargs: dict[str, Any] = {}
@@ -103,14 +116,17 @@ def replies_from_events(events: Sequence[dict[str, Any]]) -> list[ReplayReply]:
                 n_prompt_tokens=int(p.get("n_prompt_tokens") or 0),
                 n_evaluated=int(p.get("n_evaluated") or 0),
                 prefill_ms=float(p.get("prefill_ms") or 0.0),
+                thinking_open=bool(p.get("thinking_open", False)),
             )
+            if tags := p.get("thinking"):  # checked by the reader
+                kwargs["thinking"] = ThinkingFormat(*tags)
         if cancels:
             kwargs["cancel_at_s"] = max(0.0, float(cancels[0]["t"]) - origin)
         if reply.end is not None:
             kwargs["reason"] = reply.end.get("reason")
             kwargs["end_at_s"] = max(0.0, float(reply.end["t"]) - origin)
             kwargs["error"] = reply.end.get("error")
-        out.append(ReplayReply(tuple(steps), tuple(step_ms), **kwargs))
+        out.append(ReplayReply(tuple(steps), tuple(step_ms), tuple(kinds), **kwargs))
     return out
 
 
@@ -210,11 +226,16 @@ class ReplayEngine:
                 n_prompt_tokens=reply.n_prompt_tokens,
                 n_evaluated=reply.n_evaluated,
                 prefill_ms=reply.prefill_ms,
+                thinking=reply.thinking,
+                thinking_open=reply.thinking_open,
             )
         elif reply.steps:
             yield PrefillDone(n_prompt_tokens=0, n_evaluated=0, prefill_ms=0.0)
         prev = time.perf_counter()
-        for step, recorded_ms in zip(reply.steps, reply.step_ms, strict=True):
+        kinds = reply.kinds or ((None, False),) * len(reply.steps)
+        for step, recorded_ms, (part, injected) in zip(
+            reply.steps, reply.step_ms, kinds, strict=True
+        ):
             if not clock.wait(step.at_s):
                 return
             now = time.perf_counter()
@@ -222,7 +243,7 @@ class ReplayEngine:
             prev = now
             # After a replayed Esc the recorded stream still holds the token of the
             # step that was in flight; the stream stops after it, as it did then.
-            yield TokenPiece(step.data, eog=step.eog, step_ms=step_ms)
+            yield TokenPiece(step.data, eog=step.eog, step_ms=step_ms, part=part, injected=injected)
             if step.eog:
                 return
         if reply.cancel_at_s is not None:
