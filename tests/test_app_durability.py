@@ -45,7 +45,11 @@ async def test_c29_empty_reply_gets_a_visible_mark() -> None:
         assert app.session.messages() == [{"role": "user", "content": "first"}]
         await send(pilot, "second")
         await finished(app, 2)
-        assert app.session.messages()[-1] == {"role": "assistant", "content": "after"}
+        assert app.session.messages()[-1] == {
+            "role": "assistant",
+            "content": "after",
+            "model": "fake-model",
+        }
 
 
 @pytest.mark.parametrize("attempt", range(6))

@@ -74,7 +74,7 @@ async def test_reply_streams_as_markdown_and_is_stored() -> None:
         assert "**" not in screen and "```" not in screen  # rendered, not raw
         assert app.session.messages() == [
             {"role": "user", "content": "show me"},
-            {"role": "assistant", "content": reply},
+            {"role": "assistant", "content": reply, "model": "fake-model"},
         ]
 
 
@@ -309,7 +309,12 @@ async def test_c09_ctrl_c_stops_only_the_reply() -> None:
         await send(pilot, "and?")
         await finished(app, 2)
         sent = engine.calls[1]
-        assert sent[1] == {"role": "assistant", "content": partial, "interrupted": True}
+        assert sent[1] == {
+            "role": "assistant",
+            "content": partial,
+            "interrupted": True,
+            "model": "fake-model",
+        }
         assert app.session.messages()[-1]["content"] == "answer"
 
 
@@ -338,6 +343,7 @@ async def test_c10_partial_reply_kept_everywhere_after_interrupt() -> None:
             "role": "assistant",
             "content": "Lorem ipsum dolor",
             "interrupted": True,
+            "model": "fake-model",
         }
         assert engine.calls[1][1]["content"] == "Lorem ipsum dolor"
         assert engine.calls[1][2] == {"role": "user", "content": "continue"}

@@ -86,15 +86,17 @@ def test_every_flag_setting_has_a_key_and_reaches_the_config(tmp_path: Path) -> 
         "--model", "x.gguf", "--system", "S", "--n-ctx", "100", "--n-gpu-layers", "-1",
         "--threads", "3", "--n-batch", "32", "--chat-format", "chatml", "--max-tokens", "9",
         "--temperature", "0.5", "--top-p", "0.5", "--top-k", "3", "--min-p", "0.1",
-        "--repeat-penalty", "1.2", "--seed", "11", "--no-history",
+        "--repeat-penalty", "1.2", "--seed", "11", "--reasoning-budget", "64", "--thinking", "off",
+        "--reasoning-effort", "high", "--show-thinking", "--no-history",
         "--render-interval-ms", "70", "--api-model", "m", "--api-timeout", "5",
     ]  # fmt: skip
     config, _ = parse_config(argv)
     assert config.model == Path("x.gguf") and config.system_prompt == "S"
     assert (config.n_ctx, config.n_gpu_layers, config.threads, config.n_batch) == (100, -1, 3, 32)
     assert config.chat_format == "chatml" and config.render_interval_ms == 70
-    assert config.sampling == SamplingParams(9, 0.5, 0.5, 3, 0.1, 1.2, 11)
+    assert config.sampling == SamplingParams(9, 0.5, 0.5, 3, 0.1, 1.2, 11, 64, "off", "high")
     assert config.history is False and config.api_model == "m" and config.api_timeout_s == 5
+    assert config.show_thinking is True
     flagged = {k for k, origin in config.origins.items() if origin.startswith("--")}
     # Every key that has a flag was set by it here (api_base excludes --model).
     assert flagged == {k.name for k in KEYS.values() if k.flag and k.name != "api_base"}

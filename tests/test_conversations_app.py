@@ -363,7 +363,7 @@ async def test_a_message_sent_while_the_conversation_loads_follows_it(history: P
             locker.release()
     assert engine.calls[0][-3:] == [
         {"role": "user", "content": "what is a quokka?"},
-        {"role": "assistant", "content": "a small wallaby"},
+        {"role": "assistant", "content": "a small wallaby", "model": "model-c"},
         {"role": "user", "content": "typed at start"},
     ]
 

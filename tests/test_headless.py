@@ -3,6 +3,8 @@ unless --raw (issue 8), an empty reply is a note on stderr (C29)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.support import fake_config
@@ -29,3 +31,32 @@ def test_c29_empty_reply_prints_nothing_and_says_so(capsys: pytest.CaptureFixtur
     out, err = capsys.readouterr()
     assert out == ""
     assert "empty reply" in err
+
+
+THINKING_REPLY = ["<think>", "\nCount", " them.", "</think>", "\n\n", "Three", "."]
+
+
+@pytest.mark.parametrize("show", [False, True])
+def test_stdout_gets_the_answer_alone_and_stderr_the_thinking_when_asked(
+    show: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tui_chat.engine.reasoning import DEFAULT_FORMAT
+
+    engine = FakeEngine([paced([*THINKING_REPLY, EOG], 0)], thinking=DEFAULT_FORMAT)
+    assert run_headless(fake_config(show_thinking=show), engine, "how many?") == 0
+    out, err = capsys.readouterr()
+    assert out == "Three.\n"
+    assert err == ("thinking: Count them.\n" if show else "")
+
+
+def test_a_reply_cut_while_thinking_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from tui_chat.engine.reasoning import DEFAULT_FORMAT
+
+    engine = FakeEngine([paced(["Hmm", " let", " me", " see"], 0)], thinking=DEFAULT_FORMAT,
+                        thinking_open=True)  # fmt: skip
+    config = fake_config()
+    config.sampling = dataclasses.replace(config.sampling, max_tokens=4)
+    assert run_headless(config, engine, "q") == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "ran out of tokens while still thinking (--max-tokens 4)" in err

@@ -13,6 +13,7 @@ from tests.helpers import screen_text
 from tests.support import fake_config, wait_for
 from tests.test_app_stream import ready
 from tui_chat.cli import UsageError, main, parse_config
+from tui_chat.engine.base import ChatMessage
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.headless import EXIT_BROKEN_PIPE
 from tui_chat.history.store import Store
@@ -71,8 +72,14 @@ def test_export_json_keeps_the_exact_text_and_stays_inert(
     data = json.loads(out)
     assert data["format"] == "tui-chat-conversation" and data["id"] == second
     assert data["messages"] == [
-        {"role": "user", "content": HOSTILE, "interrupted": False},
-        {"role": "assistant", "content": "cut", "interrupted": True},
+        {"role": "user", "content": HOSTILE, "interrupted": False, "reasoning": ""},
+        {
+            "role": "assistant",
+            "content": "cut",
+            "interrupted": True,
+            "reasoning": "",
+            "model": "model\ttwo",  # saved without one: the conversation's
+        },
     ]
 
 
@@ -90,6 +97,30 @@ def test_export_markdown_shows_control_characters_as_symbols(
     assert f"to {target}" in capsys.readouterr().err
     text = target.read_text()
     assert text.startswith("# plain question") and "plain answer" in text
+
+
+def test_export_keeps_a_reply_s_thinking_marked_and_its_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = history_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = Store(path)
+    cid = store.new_conversation("qwen3")
+    store.add_message(cid, {"role": "user", "content": "2+2?"})
+    thought: ChatMessage = {
+        "role": "assistant",
+        "content": "4",
+        "reasoning": "add \x1b[2J",
+        "model": "qwq",
+    }
+    store.add_message(cid, thought)
+    store.close()
+    assert main(["export", str(cid), "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "## Assistant (qwq)\n\n> **Thinking**\n>\n> add ␛[2J\n\n4\n" in out
+    assert main(["export", str(cid), "--format", "json"]) == 0
+    (_user, reply) = json.loads(capsys.readouterr().out)["messages"]
+    assert (reply["reasoning"], reply["content"], reply["model"]) == ("add \x1b[2J", "4", "qwq")
 
 
 def test_export_of_an_unknown_id_fails_with_a_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,7 +66,11 @@ def test_regenerate_and_continue_evaluate_only_what_is_new(smollm2_path: Path) -
         # The prompt ends inside the assistant's turn: its text, no end-of-turn marker.
         prompt = engine.detokenize(engine.last_prompt_tokens)
         assert prompt.endswith(again.text) and "<|im_end|>" not in prompt[-len(again.text) - 12 :]
-        assert session.messages()[-1] == {"role": "assistant", "content": carried.text}
+        assert session.messages()[-1] == {
+            "role": "assistant",
+            "content": carried.text,
+            "model": "SmolLM2-135M-Instruct.Q4_1",
+        }
 
         # Edit: everything before the edited message is reused.
         session.edit_last("Write a short poem about the moon.")

@@ -121,7 +121,7 @@ def test_events_in_order_and_the_conversation_holds_the_reply(
     assert finished.text == "Hello" and finished.reason == "stop" and not finished.empty
     assert session.messages() == [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "Hello"},
+        {"role": "assistant", "content": "Hello", "model": "fake-model"},
     ]
     batch = session.drain(started.reply_id)  # the reader gets every word, even late
     assert batch is not None and batch.text == "Hello"
@@ -198,6 +198,7 @@ def test_killed_process_reply_is_marked_interrupted_on_the_next_start(
         "role": "assistant",
         "content": "half a rep",
         "interrupted": True,
+        "model": "m",  # saved before replies had a model: the conversation's
     }
     assert rows(history)[-1][2:] == (1, 0)
 

@@ -17,7 +17,7 @@ from tests.test_app_durability import hook
 from tests.test_app_stream import finished, ready, send
 from tests.test_gguf_metadata import HOSTILE
 from tui_chat.config import ChatSettings
-from tui_chat.engine.base import SamplingParams
+from tui_chat.engine.base import ModelInfo, SamplingParams
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.session import HistoryOpened, SessionEvent
 from tui_chat.ui.app import ChatApp, make_app
@@ -174,3 +174,37 @@ async def test_a_pasted_escape_sequence_is_inert_in_the_editor() -> None:
         app.post_message(events.Paste("42"))
         await wait_for(lambda: screen.field("seed").value != "-1")
         assert screen.field("seed").value == "42"
+
+
+async def test_the_thinking_switch_is_offered_and_the_next_reply_uses_it() -> None:
+    import dataclasses
+
+    from textual.widgets import Select
+
+    class Switching(FakeEngine):
+        def load(self, **kwargs: object) -> ModelInfo:
+            info = dataclasses.replace(super().load(), thinking_switches=("thinking",))
+            self._info = info
+            return info
+
+    switching = Switching([paced(["Arr.", EOG], 0)])
+    app = make_app(fake_config(), switching)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await ready(app)
+        screen = await open_settings(pilot, app)
+        text = screen_text(app)
+        assert "thinking" in text and "has no effort switch" in text
+        screen.query_one("#field-thinking", Select).value = "off"
+        await pilot.press("ctrl+s")
+        await wait_for(lambda: not isinstance(app.screen, SettingsScreen))
+        await send(pilot, "hi")
+        await finished(app, 1)
+        assert switching.call_params[-1].thinking == "off"
+
+
+async def test_a_model_without_a_switch_says_it_cannot_switch() -> None:
+    app = make_app(fake_config(), engine())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await open_settings(pilot, app)
+        assert "the model's chat template has no thinking or effort switch" in screen_text(app)

@@ -23,7 +23,7 @@ def test_round_trip_keeps_raw_text_and_interrupted_flag(tmp_path: Path) -> None:
     assert store.latest_conversation() == cid
     assert store.messages(cid) == [
         {"role": "user", "content": "hi \x1b[2J"},
-        {"role": "assistant", "content": "par", "interrupted": True},
+        {"role": "assistant", "content": "par", "interrupted": True, "model": "m"},
     ]
     store.close()
 
@@ -100,7 +100,7 @@ async def test_resume_continues_the_saved_conversation(tmp_path: Path) -> None:
         await finished(resumed, 1)
         assert second.calls[0] == [
             {"role": "user", "content": "one"},
-            {"role": "assistant", "content": partial, "interrupted": True},
+            {"role": "assistant", "content": partial, "interrupted": True, "model": "fake-model"},
             {"role": "user", "content": "two"},
         ]
     store = Store(path)

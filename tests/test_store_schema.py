@@ -1,4 +1,4 @@
-"""Schema 3 of the history: the in-place upgrade from schemas 1 and 2 (idempotent), the
+"""The history's schema: the in-place upgrade from schemas 1 and 2 (idempotent), the
 conversation list, full-text search (FTS5, and the LIKE fallback), rename, delete and
 the versions of a reply (issue 11)."""
 
@@ -207,11 +207,11 @@ def test_versions_of_a_reply_round_trip(tmp_path: Path) -> None:
     assert loaded is not None and loaded.version == 2
     assert loaded.messages == (
         {"role": "user", "content": "q2"},
-        {"role": "assistant", "content": "a2", "interrupted": True},
+        {"role": "assistant", "content": "a2", "interrupted": True, "model": "m"},
     )
     assert loaded.versions == (
-        StoredVersion(1, "q1", "a1", False),
-        StoredVersion(2, "q2", "a2", True),
+        StoredVersion(1, "q1", "a1", False, model="m"),
+        StoredVersion(2, "q2", "a2", True, model="m"),
     )
     store.use_version(reply, user, loaded.versions[0], keep=loaded.versions[1])
     again = store.load(cid)

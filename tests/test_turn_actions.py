@@ -85,7 +85,11 @@ def test_regenerate_keeps_the_old_reply_as_a_version(
     )
     # Only the reply is computed again: the prompt is the conversation up to the question.
     assert engine.calls[1] == [{"role": "user", "content": "question"}]
-    assert session.messages()[-1] == {"role": "assistant", "content": "second answer"}
+    assert session.messages()[-1] == {
+        "role": "assistant",
+        "content": "second answer",
+        "model": "fake-model",
+    }
     assert session.versions() == (2, 2)
 
     assert session.show_version(1)
@@ -157,7 +161,7 @@ def test_edit_last_resends_the_new_text_and_keeps_the_old_exchange(
     assert isinstance(shown, VersionShown) and shown.user == "tell me about cats"
     assert session.messages() == [
         {"role": "user", "content": "tell me about cats"},
-        {"role": "assistant", "content": "about cats"},
+        {"role": "assistant", "content": "about cats", "model": "fake-model"},
     ]
     session.close()
     assert [r[:2] for r in saved(history)] == [
@@ -194,7 +198,11 @@ def test_c10_continue_carries_the_same_reply_on(
     assert done.text == partial + " sit amet" and done.kind == "continue"
     # The model was asked to carry on the same message: the prompt ends inside it.
     assert engine.calls[1][-1] == {"role": "assistant", "content": partial}
-    assert session.messages()[-1] == {"role": "assistant", "content": partial + " sit amet"}
+    assert session.messages()[-1] == {
+        "role": "assistant",
+        "content": partial + " sit amet",
+        "model": "fake-model",
+    }
     session.close()
     assert saved(history) == [
         ("user", "write latin", 0, 1),
@@ -219,7 +227,11 @@ def test_a_regenerate_stopped_before_any_text_puts_the_old_reply_back(
     assert done.empty and done.reason == "cancelled"
     shown = events.wait(VersionShown)
     assert isinstance(shown, VersionShown) and shown.reply["content"] == "kept"
-    assert session.messages()[-1] == {"role": "assistant", "content": "kept"}
+    assert session.messages()[-1] == {
+        "role": "assistant",
+        "content": "kept",
+        "model": "fake-model",
+    }
     session.close()
     assert saved(history) == [("user", "q", 0, 1), ("assistant", "kept", 0, 1)]
 
@@ -266,7 +278,8 @@ def test_an_opened_conversation_is_the_prompt_of_its_next_reply_and_is_saved_in_
         finished(events)
         old = [
             {"role": "user", "content": "old question"},
-            {"role": "assistant", "content": "old answer"},
+            # Saved without a model of its own: the conversation's.
+            {"role": "assistant", "content": "old answer", "model": "m"},
         ]
         follow_up = {"role": "user", "content": "follow-up"}
         assert engine.calls == [[*old, follow_up], [*old, follow_up]]

@@ -101,10 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
         if key.flag is None:
             continue
         names = ["-m", key.flag] if key.name == "model" else [key.flag]
-        if key.name == "history":  # --no-history: the one flag that is a switch
+        if key.switch is not None:  # a flag with no argument: --no-history
+            text = (
+                f"do not save this chat (saved chats live in {sanitize(str(history_path()))})"
+                if key.name == "history"
+                else flag_help(key)
+            )
             p.add_argument(
-                *names, dest=key.name, action="store_const", const=False, default=_UNSET,
-                help=f"do not save this chat (saved chats live in {sanitize(str(history_path()))})",
+                *names, dest=key.name, action="store_const", const=key.switch, default=_UNSET,
+                help=text,
             )  # fmt: skip
             continue
         p.add_argument(

@@ -86,6 +86,9 @@ class Config:
         system_prompt: optional system message.
         sampling: sampling settings.
         render_interval_ms: paint timer period in milliseconds (60-100 recommended).
+        show_thinking: show the thinking of every reply expanded (a reasoning model's);
+            False shows each as one line once its answer starts. Ctrl+T changes it and
+            writes it back to the config file.
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
         resume: reopen a saved conversation: True for the newest (``--resume``), a
@@ -114,6 +117,7 @@ class Config:
     system_prompt: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     render_interval_ms: int = 80
+    show_thinking: bool = False
     trace: Path | None = None
     history: bool = True
     resume: bool | int = False
@@ -296,6 +300,8 @@ class Key:
         from_text: turns an environment variable's or a flag's text into a TOML-like
             value before ``check`` (default: the text itself).
         metavar: the flag's argument in ``--help`` (``N``, ``PATH``...).
+        switch: for a flag that takes no argument, the value it sets
+            (``--no-history``: False; ``--show-thinking``: True); None otherwise.
     """
 
     name: str
@@ -305,6 +311,7 @@ class Key:
     attr: str = ""
     from_text: Callable[[str], object] | None = None
     metavar: str | None = None
+    switch: bool | None = None
 
     @property
     def env(self) -> str:
@@ -378,11 +385,24 @@ KEYS: dict[str, Key] = {
             "sampling.repeat_penalty", _number_text, "R"),
         Key("seed", _int_in(-1, 2**32 - 1, "; -1 = random"), "sampler seed, -1 = random",
             "--seed", "sampling.seed", _number_text, "N"),
+        Key("reasoning_budget", _int_in(-1, 1 << 24, "; -1 = no limit"),
+            "most thinking tokens per reply (then the engine closes the thinking), -1 = no "
+            "limit", "--reasoning-budget", "sampling.reasoning_budget", _number_text, "N"),
+        Key("thinking", _choice(["auto", "on", "off"]), "a reasoning model's thinking: auto "
+            "(the chat template's default), on or off (its enable_thinking)", "--thinking",
+            "sampling.thinking", metavar="auto|on|off"),
+        Key("reasoning_effort", _choice(["default", "low", "medium", "high"]), "how hard a "
+            "reasoning model thinks, where its template reads reasoning_effort (gpt-oss): "
+            "default, low, medium or high", "--reasoning-effort", "sampling.reasoning_effort",
+            metavar="LEVEL"),
         Key("render_interval_ms", _int_in(1, 10_000, " (ms)"),
             "how often the streaming reply is painted (ms)", "--render-interval-ms",
             from_text=_number_text, metavar="N"),
+        Key("show_thinking", _bool, "show the thinking of replies expanded (Ctrl+T in the "
+            "app changes it and saves it here); with -p, write the thinking to stderr",
+            "--show-thinking", from_text=_bool_text, switch=True),
         Key("history", _bool, "save conversations (false: like --no-history)", "--no-history",
-            from_text=_bool_text),
+            from_text=_bool_text, switch=False),
         Key("api_base", _url, "chat with a model on an OpenAI-compatible server instead of "
             "the embedded llama.cpp: its API root, e.g. http://127.0.0.1:8080/v1 "
             "(llama-server, vLLM, Ollama, llama_cpp.server)", "--api-base", metavar="URL"),

@@ -2,9 +2,13 @@
 
 The same :class:`~tui_chat.session.ChatSession` as the TUI answers; this module only
 reads its events and drains the reply's text to stdout as it streams. Not saved to
-the history. While the model loads, a terminal on stderr shows how far it got
-(``loading model: 42% · 12.3 s left``, one line rewritten in place and blanked before
-the reply or a message); stderr that is a pipe or a file gets none of it.
+the history. Only the answer goes to stdout, so a pipe gets what it asked for; a
+reasoning model's thinking goes to stderr with ``--show-thinking`` (config key
+``show_thinking``), and is left out otherwise: scripts read stdout, and minutes of
+thinking on a terminal's stderr would bury the answer. While the model loads, a
+terminal on stderr shows how far it got (``loading model: 42% · 12.3 s left``, one
+line rewritten in place and blanked before the reply or a message); stderr that is a
+pipe or a file gets none of it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import signal
 from tui_chat.config import Config
 from tui_chat.engine.base import Engine
 from tui_chat.engine.stream import TraceFn
-from tui_chat.output import EXIT_BROKEN_PIPE, OutputClosed, ProgressLine, say, write_out
+from tui_chat.output import (
+    EXIT_BROKEN_PIPE,
+    OutputClosed,
+    ProgressLine,
+    say,
+    write_err,
+    write_out,
+)
 from tui_chat.session import (
     ChatSession,
     LoadProgressed,
@@ -67,8 +78,28 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
     # empty prints nothing at all (C29).
     leading: str | None = ""
 
+    show_thinking = bool(getattr(config, "show_thinking", False))
+    thought = False  # some thinking went to stderr (it ends with a newline)
+
+    def think(text: str) -> None:
+        nonlocal thought
+        if show_thinking and text:
+            if not thought:
+                progress.clear()
+                write_err("thinking: ")
+            thought = True
+            write_err(text)
+
+    def end_thinking() -> None:
+        nonlocal thought
+        if thought:
+            write_err("\n")
+            thought = False
+
     def emit(text: str) -> None:
         nonlocal leading
+        if text:
+            end_thinking()
         if leading is not None and not (leading + text).strip():
             leading += text
             return
@@ -81,6 +112,7 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
                 session.wait_for_text(0.02)
                 batch = session.drain(reply_id)
                 if batch is not None:
+                    think(batch.thinking)
                     emit(batch.text)
             try:
                 event = events.get(timeout=0 if reply_id is not None else 0.02)
@@ -102,9 +134,18 @@ def run_headless(config: Config, engine: Engine, prompt: str, trace: TraceFn | N
             elif isinstance(event, ReplyFinished):
                 batch = session.drain(event.reply_id)
                 if batch is not None:
+                    think(batch.thinking)
                     emit(batch.text)
-                if not event.empty:
+                end_thinking()
+                if event.text.strip():
                     write_out("\n")
+                elif event.thinking_unclosed and event.reason == "length":
+                    tell(
+                        f"the reply ran out of tokens while still thinking (--max-tokens "
+                        f"{config.sampling.max_tokens}): no answer yet"
+                    )
+                elif event.reasoning.strip() and event.reason in ("stop", "length"):
+                    tell("the model thought but gave no answer")
                 elif event.reason in ("stop", "length"):
                     tell("the model gave an empty reply")
                 if event.reason == "error":

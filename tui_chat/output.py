@@ -105,6 +105,16 @@ def write_out(text: str, *, raw: bool = False) -> None:
         raise OutputClosed from exc
 
 
+def write_err(text: str) -> None:
+    """Write ``text`` to stderr, sanitized, and flush (the thinking of ``-p
+    --show-thinking``); a closed stderr is ignored."""
+    try:
+        sys.stderr.write(sanitize(text))
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        silence_output(2)
+
+
 def silence_output(*fds: int) -> None:
     """Point the given file descriptors at /dev/null, so that writes (and the
     interpreter's final flush) to a closed pipe or a hung-up terminal go nowhere

@@ -51,6 +51,7 @@ async def test_an_error_mid_reply_keeps_the_text_marked_and_shows_the_message(
             "role": "assistant",
             "content": "Hello wor",
             "interrupted": True,
+            "model": "stub-model",
         }
         await send(pilot, "two")
         await finished(app, 2)
@@ -173,7 +174,11 @@ async def test_ctrl_g_on_llama_cpp_python_says_it_cannot_and_leaves_the_reply(
         await pilot.pause()
         assert app.n_replies_shown == 1 and not app.session.busy
         assert shown_reply(reply_turns(app)[-1]) == "Once upon"
-        assert app.session.messages()[-1] == {"role": "assistant", "content": "Once upon"}
+        assert app.session.messages()[-1] == {
+            "role": "assistant",
+            "content": "Once upon",
+            "model": "gemma",
+        }
         screen = screen_text(app)
         assert screen.count("llama_cpp.server) cannot") == 1 and "continue a reply" in screen
     assert len(chat_requests(stub)) == 1  # nothing was sent for Ctrl+G
@@ -189,7 +194,11 @@ async def test_ctrl_g_on_vllm_carries_the_reply_on(stub: StubServer) -> None:
         await finished(app, 1)
         await pilot.press("ctrl+g")
         await finished(app, 2)
-        assert app.session.messages()[-1] == {"role": "assistant", "content": "Once upon a time."}
+        assert app.session.messages()[-1] == {
+            "role": "assistant",
+            "content": "Once upon a time.",
+            "model": "qwen",
+        }
         await wait_for(lambda: "Once upon a time." in screen_text(app))
     body = chat_requests(stub)[-1]
     assert body["messages"][-1] == {"role": "assistant", "content": "Once upon"}

@@ -4,13 +4,17 @@ UI-free: the app runs :func:`export_conversation` on the storage thread and writ
 file off the event loop; the CLI runs it directly.
 
 - **Markdown** is for reading: a title, the model and dates, then each message under a
-  heading. Text is made inert as on screen (:func:`~tui_chat.sanitize.sanitize`):
-  control and escape characters show as visible symbols, so ``cat`` of the file cannot
-  drive a terminal.
+  heading; a reply's heading names the model that wrote it, when known. A reply's
+  thinking comes before its answer as a blockquote that starts with the line
+  ``**Thinking**`` (every line quoted, so nothing in the thinking can end the quote
+  early, as a ``</details>`` in it could end an HTML ``<details>`` block). Text is
+  made inert as on screen (:func:`~tui_chat.sanitize.sanitize`): control and escape
+  characters show as visible symbols, so ``cat`` of the file cannot drive a terminal.
 - **JSON** is the record: the exact text of every message (and of the other versions
-  of the last reply). Every control character, DEL, C1 control and bidirectional
-  override is written as a ``\\uXXXX`` escape, so the file stays inert in a terminal
-  and reads back to the same text.
+  of the last reply): ``content`` (a reply's answer), ``reasoning`` (its thinking,
+  ``""`` for none) and, for replies, ``model`` (null when unknown). Every control
+  character, DEL, C1 control and bidirectional override is written as a ``\\uXXXX``
+  escape, so the file stays inert in a terminal and reads back to the same text.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from tui_chat.engine.base import ChatMessage
 from tui_chat.history.store import ConversationSummary, LoadedConversation, Store, one_line
 from tui_chat.sanitize import sanitize
 
@@ -29,6 +34,9 @@ ExportFormat = Literal["md", "json"]
 FORMATS: tuple[ExportFormat, ...] = ("md", "json")
 JSON_FORMAT_NAME = "tui-chat-conversation"
 JSON_FORMAT_VERSION = 1
+"""Raised when a field changes meaning or goes; fields are only added within a version
+(``reasoning`` and ``model`` were, for issue 18), so a reader ignores what it does not
+know."""
 
 _ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Assistant"}
 # json.dumps(ensure_ascii=False) escapes C0 controls but leaves these raw.
@@ -87,12 +95,29 @@ def to_markdown(summary: ConversationSummary, loaded: LoadedConversation) -> str
     last = len(loaded.messages) - 1
     for i, message in enumerate(loaded.messages):
         heading = _ROLE_HEADINGS.get(message["role"], message["role"])
+        notes = []
+        if message["role"] == "assistant" and message.get("model"):
+            notes.append(sanitize(one_line(message.get("model", ""), 80)))
         if i == last and loaded.versions:
-            heading += f" (version {loaded.version} of {len(loaded.versions)})"
-        lines += [f"## {heading}", "", sanitize(message["content"]).rstrip("\n"), ""]
+            notes.append(f"version {loaded.version} of {len(loaded.versions)}")
+        if notes:
+            heading += f" ({'; '.join(notes)})"
+        lines += [f"## {heading}", ""]
+        lines += thinking_block(message.get("reasoning", ""))
+        lines += [sanitize(message["content"]).rstrip("\n"), ""]
         if message.get("interrupted"):
             lines += ["*(interrupted)*", ""]
     return "\n".join(lines)
+
+
+def thinking_block(reasoning: str) -> list[str]:
+    """The lines of a reply's thinking in Markdown: a blockquote that starts with
+    ``**Thinking**``, each line quoted, then a blank line; none when there is none."""
+    text = sanitize(reasoning).strip("\n")
+    if not text.strip():
+        return []
+    quoted = [f"> {line}" if line else ">" for line in text.split("\n")]
+    return ["> **Thinking**", ">", *quoted, ""]
 
 
 def to_json(summary: ConversationSummary, loaded: LoadedConversation) -> str:
@@ -106,14 +131,7 @@ def to_json(summary: ConversationSummary, loaded: LoadedConversation) -> str:
         "model": summary.model,
         "created_at": _iso(summary.created_at),
         "updated_at": _iso(summary.updated_at),
-        "messages": [
-            {
-                "role": m["role"],
-                "content": m["content"],
-                "interrupted": bool(m.get("interrupted")),
-            }
-            for m in loaded.messages
-        ],
+        "messages": [_json_message(m) for m in loaded.messages],
     }
     if loaded.versions:
         data["last_reply_version"] = loaded.version
@@ -123,11 +141,26 @@ def to_json(summary: ConversationSummary, loaded: LoadedConversation) -> str:
                 "user_content": v.user_content,
                 "content": v.content,
                 "interrupted": v.interrupted,
+                "reasoning": v.reasoning,
+                "model": v.model or None,
             }
             for v in loaded.versions
         ]
     text = json.dumps(data, ensure_ascii=False, indent=2)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+
+
+def _json_message(message: ChatMessage) -> dict[str, Any]:
+    """One message of the JSON export: ``model`` only on replies (null when unknown)."""
+    out: dict[str, Any] = {
+        "role": message["role"],
+        "content": message["content"],
+        "interrupted": bool(message.get("interrupted")),
+        "reasoning": message.get("reasoning", ""),
+    }
+    if message["role"] == "assistant":
+        out["model"] = message.get("model") or None
+    return out
 
 
 def write_export(path: Path, text: str) -> Path:

@@ -6,26 +6,33 @@ A :class:`Store` is used by one thread only: the storage thread of
 Messages are stored raw, exactly as the model wrote them (escape sequences included):
 what is made safe is the painting, never the record (replay case C22).
 
-The database schema, version 3 (``PRAGMA user_version``)::
+The database schema, version 4 (``PRAGMA user_version``)::
 
     conversations(id, created_at, model, title, updated_at)
+        model       the model it was started with; the label of its replies saved
+                    before schema 4, which have no model of their own
         title       NULL until the user renames it; lists show the first user
                     message instead
         updated_at  time of the newest message (or version) saved in it; lists are
                     ordered by it (index conversations_by_update)
     messages(id, conversation_id, role, content, interrupted, partial, created_at,
-             version)
+             version, reasoning, model)
         role        system, user or assistant
+        content     the text; for a reply, its answer
         interrupted the user stopped the reply (its partial text is kept)
         partial     the reply was still streaming when last saved (see below)
         version     which version of this reply is the one in the conversation
                     (1 unless the reply was regenerated or its question edited)
+        reasoning   a reply's thinking, apart from its answer ('' for none; issue 18)
+        model       the model that wrote the reply; NULL when unknown (rows from
+                    before schema 4: the conversation's model stands in)
         index messages_by_conversation(conversation_id, id)
     message_versions(id, message_id, n, user_content, content, interrupted,
-                     created_at)
+                     created_at, reasoning, model)
         the other versions of a reply (regenerate, edit-and-resend): version n of
-        message message_id, with the user message it answered (user_content). The
-        version in use lives in messages; a row here for that n may be stale.
+        message message_id, with the user message it answered (user_content), its
+        own thinking and the model that wrote it (as in messages). The version in
+        use lives in messages; a row here for that n may be stale.
         UNIQUE(message_id, n); deleted with the message.
     conversation_settings(conversation_id, json)
         the conversation's own system prompt and sampling (JSON, checked again
@@ -34,7 +41,9 @@ The database schema, version 3 (``PRAGMA user_version``)::
         an FTS5 index of messages.content (external content, rowid = messages.id),
         kept current by the triggers messages_fts_insert/_delete/_update. Search
         matches every word of the query as a word prefix (unicode61 tokenizer,
-        diacritics folded).
+        diacritics folded). Only the answer is indexed, never the reasoning: a
+        search finds what was said, not the drafts on the way (the LIKE fallback
+        reads content only, too).
 
 Times are seconds since the epoch (``time.time()``). Deleting a conversation
 deletes its messages and their versions (foreign keys, ``ON DELETE CASCADE``).
@@ -44,12 +53,14 @@ reply in flight is saved at least once a second; when the process is killed befo
 the reply ends (SIGKILL, power loss), the next start turns such rows into interrupted
 replies (:meth:`Store.recover_partial`).
 
-Files of versions 1 and 2 are upgraded in place (:func:`_migrate`). The upgrade checks
-each table, column, index and trigger rather than trusting ``user_version`` alone, so
-running it twice, or on a file another build already upgraded in part, does nothing
-wrong. A Python whose SQLite lacks FTS5 runs without the index: its triggers are
-dropped so that writes still work, search falls back to ``LIKE`` (slower; the search
-screen says so), and the next start with FTS5 rebuilds the index.
+Files of versions 1 to 3 are upgraded in place (:func:`_migrate`); schema 4 only adds
+columns (``reasoning`` and ``model``, on messages and message_versions), so no row
+changes. The upgrade checks each table, column, index and trigger rather than trusting
+``user_version`` alone, so running it twice, or on a file another build already
+upgraded in part, does nothing wrong. A Python whose SQLite lacks FTS5 runs without the
+index: its triggers are dropped so that writes still work, search falls back to
+``LIKE`` (slower; the search screen says so), and the next start with FTS5 rebuilds the
+index.
 
 ``conversation_settings`` holds a conversation's own system prompt and sampling, as
 JSON (:class:`tui_chat.config.ChatSettings`), once the user has changed them in the
@@ -73,7 +84,7 @@ from pathlib import Path
 
 from tui_chat.engine.base import ChatMessage
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 0.25
 """How long one SQLite call waits for another process's lock before it raises."""
 
@@ -95,7 +106,9 @@ CREATE TABLE IF NOT EXISTS messages (
     interrupted INTEGER NOT NULL DEFAULT 0,
     partial INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
-    version INTEGER NOT NULL DEFAULT 1
+    version INTEGER NOT NULL DEFAULT 1,
+    reasoning TEXT NOT NULL DEFAULT '',
+    model TEXT
 );
 CREATE TABLE IF NOT EXISTS message_versions (
     id INTEGER PRIMARY KEY,
@@ -105,6 +118,8 @@ CREATE TABLE IF NOT EXISTS message_versions (
     content TEXT NOT NULL,
     interrupted INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
+    reasoning TEXT NOT NULL DEFAULT '',
+    model TEXT,
     UNIQUE (message_id, n)
 );
 CREATE TABLE IF NOT EXISTS conversation_settings (
@@ -117,6 +132,10 @@ CREATE TABLE IF NOT EXISTS conversation_settings (
 _COLUMNS = (
     ("messages", "partial", "INTEGER NOT NULL DEFAULT 0"),  # schema 2
     ("messages", "version", "INTEGER NOT NULL DEFAULT 1"),  # schema 3
+    ("messages", "reasoning", "TEXT NOT NULL DEFAULT ''"),  # schema 4
+    ("messages", "model", "TEXT"),  # schema 4
+    ("message_versions", "reasoning", "TEXT NOT NULL DEFAULT ''"),  # schema 4
+    ("message_versions", "model", "TEXT"),  # schema 4
     ("conversations", "title", "TEXT"),
     ("conversations", "updated_at", "REAL NOT NULL DEFAULT 0"),
 )
@@ -175,7 +194,7 @@ def _statements(script: str) -> list[str]:
 
 
 def _migrate(db: sqlite3.Connection, use_fts: bool) -> None:
-    """Bring any file of schema 1-3 to schema 3, in place, inside the caller's transaction.
+    """Bring any file of schema 1-4 to schema 4, in place, inside the caller's transaction.
 
     Each step checks what exists (tables, columns, indexes, triggers) instead of trusting
     ``user_version``, so it can run any number of times, also on a file that another
@@ -266,14 +285,18 @@ class StoredVersion:
     Attributes:
         n: its number, 1-based.
         user_content: the user message it answered.
-        content: the reply (raw text).
+        content: the reply's answer (raw text).
         interrupted: the user stopped it.
+        reasoning: its thinking, apart from the answer ("" for none).
+        model: the model that wrote it ("" when unknown).
     """
 
     n: int
     user_content: str
     content: str
     interrupted: bool
+    reasoning: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -283,7 +306,8 @@ class LoadedConversation:
     Attributes:
         id: its id.
         message_ids: the row id of each message, in order.
-        messages: its messages, oldest first (raw text).
+        messages: its messages, oldest first (raw text); a reply holds its
+            ``reasoning`` when it has some, and its ``model`` when that is known.
         versions: every version of its last reply, by number (empty when the last
             reply has only one, or the conversation ends with a user message).
         version: the number of the version in ``messages``.
@@ -317,6 +341,20 @@ def fts_query(text: str) -> str | None:
 
 
 _ROLES = frozenset({"system", "user", "assistant"})
+
+
+MODEL_CHARS = 1000
+"""A message's model name longer than this is cut when read (a damaged file)."""
+
+
+def _model_of(role: str, saved: object, fallback: str) -> str:
+    """The model of a message read back (raw text): its own, else, for a reply saved
+    before schema 4 (model NULL), the conversation's; "" when unknown."""
+    if isinstance(saved, str) and saved:
+        return saved[:MODEL_CHARS]
+    return fallback[:MODEL_CHARS] if role == "assistant" else ""
+
+
 MAX_MESSAGE_CHARS = 16 * 1024 * 1024
 """A history row longer than this is cut when read (a damaged or hostile file)."""
 
@@ -554,13 +592,13 @@ class Store:
     def add_message(
         self, conversation_id: int, message: ChatMessage, *, partial: bool = False
     ) -> int:
-        """Append one message (raw text) to a conversation; returns its row id."""
+        """Append one message (raw text: its content, and a reply's ``reasoning`` and
+        ``model``, "" or absent for none) to a conversation; returns its row id."""
         now = time.time()
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages"
-                " (conversation_id, role, content, interrupted, partial, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, role, content, interrupted, partial,"
+                " created_at, reasoning, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     message["role"],
@@ -568,6 +606,8 @@ class Store:
                     int(message.get("interrupted", False)),
                     int(partial),
                     now,
+                    message.get("reasoning", ""),
+                    message.get("model") or None,
                 ),
             )
             self._touch(conversation_id, now)
@@ -582,14 +622,38 @@ class Store:
         )
 
     def update_message(
-        self, message_id: int, content: str, *, interrupted: bool, partial: bool
+        self,
+        message_id: int,
+        content: str,
+        *,
+        interrupted: bool,
+        partial: bool,
+        reasoning: str = "",
+        model: str | None = None,
     ) -> None:
-        """Replace the text and flags of a saved message (a reply that is streaming)."""
+        """Replace the text and flags of a saved message (a reply that is streaming).
+
+        Args:
+            message_id: its row id.
+            content: the answer so far.
+            interrupted: the user stopped it.
+            partial: it is still streaming.
+            reasoning: its thinking so far ("" for none).
+            model: the model writing it ("" for unknown); None leaves the saved one.
+        """
         with self._db:
-            self._db.execute(
-                "UPDATE messages SET content = ?, interrupted = ?, partial = ? WHERE id = ?",
-                (content, int(interrupted), int(partial), message_id),
-            )
+            if model is None:
+                self._db.execute(
+                    "UPDATE messages SET content = ?, interrupted = ?, partial = ?,"
+                    " reasoning = ? WHERE id = ?",
+                    (content, int(interrupted), int(partial), reasoning, message_id),
+                )
+            else:
+                self._db.execute(
+                    "UPDATE messages SET content = ?, interrupted = ?, partial = ?,"
+                    " reasoning = ?, model = ? WHERE id = ?",
+                    (content, int(interrupted), int(partial), reasoning, model or None, message_id),
+                )
 
     def delete_message(self, message_id: int) -> None:
         """Remove one message (an empty reply that was saved while it streamed)."""
@@ -606,34 +670,42 @@ class Store:
         reply; None when there is no such conversation.
 
         Rows are untrusted (the file may have been edited): a row with an unknown role
-        or a non-text content is skipped, and content longer than
-        :data:`MAX_MESSAGE_CHARS` is cut.
+        or a non-text content is skipped, content and reasoning longer than
+        :data:`MAX_MESSAGE_CHARS` are cut, and a reasoning or model that is not text
+        is taken as none. A reply saved without a model (before schema 4) is labelled
+        with the conversation's model, when it has one.
         """
         found = self._db.execute(
-            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+            "SELECT model FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
         if found is None:
             return None
+        fallback = found[0] if isinstance(found[0], str) else ""
         rows = self._db.execute(
-            "SELECT id, role, content, interrupted, partial, version FROM messages"
-            " WHERE conversation_id = ? ORDER BY id",
+            "SELECT id, role, content, interrupted, partial, version, reasoning, model"
+            " FROM messages WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         ).fetchall()
         ids: list[int] = []
         out: list[ChatMessage] = []
         last_version = 1
-        for row_id, role, content, interrupted, partial, version in rows:
+        for row_id, role, content, interrupted, partial, version, reasoning, model in rows:
             if role not in _ROLES or not isinstance(content, str):
                 continue
             msg: ChatMessage = {"role": role, "content": content[:MAX_MESSAGE_CHARS]}
             if interrupted or partial:
                 msg["interrupted"] = True
+            if isinstance(reasoning, str) and reasoning:
+                msg["reasoning"] = reasoning[:MAX_MESSAGE_CHARS]
+            label = _model_of(role, model, fallback)
+            if label:
+                msg["model"] = label
             ids.append(int(row_id))
             out.append(msg)
             last_version = int(version) if isinstance(version, int) else 1
         loaded = LoadedConversation(conversation_id, tuple(ids), tuple(out))
         if len(out) >= 2 and out[-1]["role"] == "assistant" and out[-2]["role"] == "user":
-            versions = self._versions(ids[-1], last_version, out[-2]["content"], out[-1])
+            versions = self._versions(ids[-1], last_version, out[-2]["content"], out[-1], fallback)
             if len(versions) > 1:
                 shown = next(v.n for v in versions if v.n == last_version)
                 loaded = LoadedConversation(
@@ -642,12 +714,18 @@ class Store:
         return loaded
 
     def _versions(
-        self, message_id: int, shown: int, user_content: str, reply: ChatMessage
+        self,
+        message_id: int,
+        shown: int,
+        user_content: str,
+        reply: ChatMessage,
+        fallback_model: str = "",
     ) -> list[StoredVersion]:
-        """Every version of a reply, by number; the one in use comes from ``reply``."""
+        """Every version of a reply, by number; the one in use comes from ``reply``.
+        A version saved without a model gets ``fallback_model`` (as in :meth:`load`)."""
         rows = self._db.execute(
-            "SELECT n, user_content, content, interrupted FROM message_versions"
-            " WHERE message_id = ? ORDER BY n",
+            "SELECT n, user_content, content, interrupted, reasoning, model"
+            " FROM message_versions WHERE message_id = ? ORDER BY n",
             (message_id,),
         ).fetchall()
         out = {
@@ -656,12 +734,19 @@ class Store:
                 (u if isinstance(u, str) else user_content)[:MAX_MESSAGE_CHARS],
                 c[:MAX_MESSAGE_CHARS],
                 bool(i),
+                r[:MAX_MESSAGE_CHARS] if isinstance(r, str) else "",
+                _model_of("assistant", m, fallback_model),
             )
-            for n, u, c, i in rows
+            for n, u, c, i, r, m in rows
             if isinstance(n, int) and isinstance(c, str)
         }
         out[shown] = StoredVersion(
-            shown, user_content, reply["content"], bool(reply.get("interrupted"))
+            shown,
+            user_content,
+            reply["content"],
+            bool(reply.get("interrupted")),
+            reply.get("reasoning", ""),
+            reply.get("model", ""),
         )
         return [out[n] for n in sorted(out)]
 
@@ -673,11 +758,11 @@ class Store:
 
     def _keep_version(self, message_id: int, version: StoredVersion) -> None:
         self._db.execute(
-            "INSERT INTO message_versions"
-            " (message_id, n, user_content, content, interrupted, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)"
+            "INSERT INTO message_versions (message_id, n, user_content, content,"
+            " interrupted, created_at, reasoning, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (message_id, n) DO UPDATE SET user_content = excluded.user_content,"
-            " content = excluded.content, interrupted = excluded.interrupted",
+            " content = excluded.content, interrupted = excluded.interrupted,"
+            " reasoning = excluded.reasoning, model = excluded.model",
             (
                 message_id,
                 version.n,
@@ -685,6 +770,8 @@ class Store:
                 version.content,
                 int(version.interrupted),
                 time.time(),
+                version.reasoning,
+                version.model or None,
             ),
         )
 
@@ -715,15 +802,23 @@ class Store:
         version: StoredVersion,
         keep: StoredVersion | None = None,
     ) -> None:
-        """Make ``version`` the one in use of reply ``message_id`` (and its question the
-        text of ``user_message_id``), after keeping the current one as ``keep``."""
+        """Make ``version`` the one in use of reply ``message_id`` (its answer, thinking
+        and model; and its question the text of ``user_message_id``), after keeping the
+        current one as ``keep``."""
         with self._db:
             if keep is not None:
                 self._keep_version(message_id, keep)
             self._db.execute(
-                "UPDATE messages SET content = ?, interrupted = ?, partial = 0, version = ?"
-                " WHERE id = ?",
-                (version.content, int(version.interrupted), version.n, message_id),
+                "UPDATE messages SET content = ?, interrupted = ?, partial = 0, version = ?,"
+                " reasoning = ?, model = ? WHERE id = ?",
+                (
+                    version.content,
+                    int(version.interrupted),
+                    version.n,
+                    version.reasoning,
+                    version.model or None,
+                    message_id,
+                ),
             )
             if user_message_id is not None:
                 self._db.execute(

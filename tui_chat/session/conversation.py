@@ -54,13 +54,25 @@ def with_system_prompt(
 
 
 def as_version(n: int, user: ChatMessage, reply: ChatMessage) -> StoredVersion:
-    """Version ``n`` of a reply: the question ``user`` and the answer ``reply``."""
-    return StoredVersion(n, user["content"], reply["content"], bool(reply.get("interrupted")))
+    """Version ``n`` of a reply: the question ``user`` and the answer ``reply`` (with its
+    thinking and model)."""
+    return StoredVersion(
+        n,
+        user["content"],
+        reply["content"],
+        bool(reply.get("interrupted")),
+        reply.get("reasoning", ""),
+        reply.get("model", ""),
+    )
 
 
 def reply_of(version: StoredVersion) -> ChatMessage:
-    """The assistant message of a stored version."""
+    """The assistant message of a stored version (its thinking and model kept)."""
     message: ChatMessage = {"role": "assistant", "content": version.content}
+    if version.reasoning:
+        message["reasoning"] = version.reasoning
+    if version.model:
+        message["model"] = version.model
     if version.interrupted:
         message["interrupted"] = True
     return message
@@ -87,6 +99,8 @@ class Turn:
         kept: for ``regenerate`` and ``edit``, the replaced reply as a stored version.
         version: the number of the version the reply becomes.
         edited: for ``edit``, the new question.
+        prefix_reasoning: for ``continue``, the thinking of the reply carried on (the
+            new thinking, if any, is added to it).
     """
 
     kind: ReplyKind
@@ -100,6 +114,7 @@ class Turn:
     kept: StoredVersion | None = None
     version: int = 1
     edited: str | None = None
+    prefix_reasoning: str = ""
 
     @property
     def started_with(self) -> str:
@@ -245,8 +260,14 @@ class Conversation:
         replaced = self.messages.pop()
         reply_key = self.keys.pop()
         prefix = replaced["content"]
+        thinking = replaced.get("reasoning", "")
         prompt = self.prompt(system_prompt)
-        prompt.append({"role": "assistant", "content": prefix})
+        carried: ChatMessage = {"role": "assistant", "content": prefix}
+        if thinking and not prefix.strip():
+            # Cut while thinking: carry on inside the thinking (the engine ends the
+            # prompt inside it), not in a second block.
+            carried["reasoning"] = thinking
+        prompt.append(carried)
         last_is_user = bool(self.messages) and self.messages[-1]["role"] == "user"
         return Turn(
             "continue",
@@ -257,6 +278,7 @@ class Conversation:
             prefix=prefix,
             replaced=replaced,
             version=self.version or 1,
+            prefix_reasoning=thinking,
         )
 
     def _redo(self, kind: ReplyKind, text: str, system_prompt: str | None) -> Turn:
@@ -292,17 +314,23 @@ class Conversation:
             edited=edited,
         )
 
-    def finish(self, turn: Turn, text: str, reason: str) -> Finished:
+    def finish(
+        self, turn: Turn, text: str, reason: str, reasoning: str = "", model: str = ""
+    ) -> Finished:
         """Put the reply of ``turn`` into the conversation.
 
         Args:
             turn: what :meth:`take` returned for it.
-            text: the text the engine made (without a ``continue``'s prefix).
+            text: the answer the engine made (without a ``continue``'s prefix).
             reason: how the stream ended (``stop``, ``length``, ``cancelled``,
                 ``error``...: :class:`~tui_chat.engine.stream.StreamResult`).
+            reasoning: its thinking, apart ("" for none). A reply that is only
+                thinking (cut by ``max_tokens`` while thinking) is kept, not empty.
+            model: the model that wrote it ("" when unknown).
         """
         text = turn.prefix + text
-        empty = not text.strip()
+        reasoning = turn.prefix_reasoning + reasoning
+        empty = not text.strip() and not reasoning.strip()
         interrupted = reason in ("cancelled", "error")
         # A message that failed before any reply (the prompt does not fit the context
         # window, the server refused it) leaves the context and the history: sent
@@ -315,6 +343,10 @@ class Conversation:
         restored: StoredVersion | None = None
         if not empty:
             message = {"role": "assistant", "content": text}
+            if reasoning:
+                message["reasoning"] = reasoning
+            if model:
+                message["model"] = model
             if interrupted:
                 message["interrupted"] = True
             self._add(message, turn.reply_key)

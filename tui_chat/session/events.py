@@ -228,6 +228,12 @@ class ReplyFinished(SessionEvent):
             ``text`` is the whole reply, the earlier part included.
         version: which version of the last reply this is (1-based).
         n_versions: how many versions the last reply now has.
+        reasoning: the reply's thinking, apart from ``text`` (the answer); "" for none.
+        thinking_unclosed: the reply ended while still thinking (``--max-tokens`` ran
+            out, or it was stopped): it has no answer yet.
+        budget_reached: the engine closed the thinking itself (the reasoning budget,
+            or "answer now").
+        model: the model that wrote it.
     """
 
     reply_id: int
@@ -239,6 +245,10 @@ class ReplyFinished(SessionEvent):
     kind: ReplyKind = "send"
     version: int = 1
     n_versions: int = 1
+    reasoning: str = ""
+    thinking_unclosed: bool = False
+    budget_reached: bool = False
+    model: str = ""
 
 
 @dataclass(frozen=True)

@@ -137,10 +137,14 @@ class Saver:
         *,
         partial: bool,
         interrupted: bool,
+        reasoning: str = "",
     ) -> Future[int]:
-        """Save a reply's text: a new row the first time, the same row after. The
-        future's value is the conversation's id."""
-        message: ChatMessage = {"role": "assistant", "content": text}
+        """Save a reply's answer and thinking, and the model that wrote it: a new row
+        the first time, the same row after. The future's value is the conversation's
+        id."""
+        message: ChatMessage = {"role": "assistant", "content": text, "model": model}
+        if reasoning:
+            message["reasoning"] = reasoning
         if interrupted:
             message["interrupted"] = True
 
@@ -152,7 +156,15 @@ class Saver:
                     conversation_id, message, partial=partial
                 )
             else:
-                store.update_message(row, text, interrupted=interrupted, partial=partial)
+                # The model too: a regenerated reply may come from another model.
+                store.update_message(
+                    row,
+                    text,
+                    interrupted=interrupted,
+                    partial=partial,
+                    reasoning=reasoning,
+                    model=model,
+                )
             return conversation_id
 
         return self.storage.submit(save)

@@ -127,8 +127,10 @@ class _Reply:
     model: str
     cancel: CancelToken = field(default_factory=CancelToken)
     buffer: TokenBuffer = field(default_factory=TokenBuffer)
+    thinking: TokenBuffer = field(default_factory=TokenBuffer)
     stats: StreamStats | None = None
     parts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     last_save: float = 0.0
 
     def text(self) -> str:
@@ -142,13 +144,16 @@ class TextBatch:
 
     Attributes:
         reply_id: the reply it belongs to.
-        text: raw model text (decoded, stop strings removed; not yet sanitized).
+        text: raw answer text (decoded, stop strings removed; not yet sanitized).
         oldest_at: ``time.perf_counter()`` when the oldest part left the engine.
+        thinking: raw thinking text drained with it ("" for none); it comes before
+            ``text`` in the reply.
     """
 
     reply_id: int
     text: str
     oldest_at: float | None
+    thinking: str = ""
 
 
 class ChatSession:
@@ -203,7 +208,7 @@ class ChatSession:
         self._current: _Reply | None = None
         # Buffers of replies whose text the reader may not have drained yet: the reader
         # learns that a reply ended after the engine has moved on to the next one.
-        self._buffers: dict[int, tuple[TokenBuffer, bool]] = {}
+        self._buffers: dict[int, tuple[tuple[TokenBuffer, TokenBuffer], bool]] = {}
         self._state: State = "loading"
         self._info: ModelInfo | None = None
         self._last_stats: StatsSnapshot | None = None
@@ -569,13 +574,30 @@ class ChatSession:
             entry = self._buffers.get(reply_id)
             if entry is None:
                 return None
-            buffer, ended = entry
+            (buffer, thinking), ended = entry
+            thought, thought_at = thinking.drain()
             text, oldest = buffer.drain()
             if ended:
                 del self._buffers[reply_id]
-        if not text:
+        if not text and not thought:
             return None
-        return TextBatch(reply_id, text, oldest)
+        if thought_at is not None and (oldest is None or thought_at < oldest):
+            oldest = thought_at
+        return TextBatch(reply_id, text, oldest, thought)
+
+    def answer_now(self) -> bool:
+        """Close the thinking of the reply in flight and have it answer (the embedded
+        engine writes the wrap-up and the end-of-thinking tag itself, on the same KV
+        cache). True when a reply was thinking and the engine can end it (a remote
+        server cannot be told to); any thread, returns at once."""
+        current = self._current
+        stats = current.stats if current is not None else None
+        if current is None or stats is None or not stats.thinking:
+            return False
+        if not getattr(self.engine, "answers_now", False):
+            return False  # a server ends its thinking itself
+        current.cancel.answer_now()
+        return True
 
     def wait_for_text(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` seconds until the reply in flight has text to
@@ -608,7 +630,12 @@ class ChatSession:
             # step; inside a long native call it cannot, so save what it made so far.
             self._thread.join(min(0.3, timeout_s / 2))
             if self._thread.is_alive():
-                self._save_reply(current, current.text(), partial=False)
+                self._save_reply(
+                    current,
+                    current.text(),
+                    partial=False,
+                    reasoning="".join(current.reasoning),
+                )
         elif self._thread.is_alive():
             # A load in progress stops at llama.cpp's next progress report (one tensor
             # later, see LoadReporter): let it free the model before the process goes.
@@ -720,7 +747,7 @@ class ChatSession:
         model = self._info.name if self._info is not None else ""
         reply = _Reply(self._next_reply_id, ask.message_id, turn, self.params, self._key, model)
         self._current = reply
-        self._buffers[reply.reply_id] = (reply.buffer, False)
+        self._buffers[reply.reply_id] = ((reply.buffer, reply.thinking), False)
         # A reader that never drains (headless after an error) must not keep them all.
         for old in [k for k, (_b, ended) in self._buffers.items() if ended][:-4]:
             del self._buffers[old]
@@ -753,10 +780,12 @@ class ChatSession:
         result = self._generate(reply)
         stats = result.stats.snapshot()
         with self._lock:
-            finished = self._conversation.finish(reply.turn, result.text, result.reason)
+            finished = self._conversation.finish(
+                reply.turn, result.text, result.reason, result.reasoning, reply.model
+            )
             self._current = None
             if reply.reply_id in self._buffers:
-                self._buffers[reply.reply_id] = (reply.buffer, True)
+                self._buffers[reply.reply_id] = ((reply.buffer, reply.thinking), True)
             self._last_stats = stats
             if self._state == "generating":
                 self._state = "interrupted" if result.reason == "cancelled" else "ready"
@@ -766,7 +795,11 @@ class ChatSession:
         if saver is not None:
             if not finished.empty:
                 saved = self._save_reply(
-                    reply, finished.text, partial=False, interrupted=finished.interrupted
+                    reply,
+                    finished.text,
+                    partial=False,
+                    interrupted=finished.interrupted,
+                    reasoning=result.reasoning,
                 )
             elif turn.kept is not None:
                 saver.use_version(reply.key, turn.reply_key, turn.user_key, turn.kept)
@@ -785,6 +818,12 @@ class ChatSession:
                 turn.kind,
                 shown,
                 count,
+                # The whole thinking, as the conversation keeps it (a continue's
+                # carried-on thinking included), like the text.
+                reasoning=(finished.message or {}).get("reasoning", result.reasoning),
+                thinking_unclosed=result.thinking_unclosed,
+                budget_reached=result.budget_reached,
+                model=reply.model,
             )
         )
         kept = finished.restored
@@ -914,12 +953,18 @@ class ChatSession:
     def _save_partial(self, reply: _Reply) -> None:
         """Engine thread: save the streaming reply if :data:`SAVE_EVERY_S` has passed."""
         if time.monotonic() - reply.last_save >= SAVE_EVERY_S:
-            self._save_reply(reply, reply.text(), partial=True)
+            self._save_reply(reply, reply.text(), partial=True, reasoning="".join(reply.reasoning))
 
     def _save_reply(
-        self, reply: _Reply, text: str, *, partial: bool, interrupted: bool = True
+        self,
+        reply: _Reply,
+        text: str,
+        *,
+        partial: bool,
+        interrupted: bool = True,
+        reasoning: str = "",
     ) -> Future[int] | None:
-        """Queue a save of the reply's text; None without a history."""
+        """Queue a save of the reply's answer and thinking; None without a history."""
         if self._saver is None:
             return None
         reply.last_save = time.monotonic()
@@ -930,6 +975,7 @@ class ChatSession:
             text,
             partial=partial,
             interrupted=interrupted,
+            reasoning=reasoning,
         )
         saved.add_done_callback(self._saved_as(reply.key))
         return saved
@@ -999,6 +1045,18 @@ class _Sink:
         reply.parts.append(text)
         if self._trace is not None:
             self._trace("posted", chars=len(text))
+        if self._first:
+            self._first = False
+            self._emit(FirstText(reply.reply_id))
+        self._save(reply)
+
+    def on_reasoning(self, text: str, stats: StreamStats) -> None:
+        reply = self._reply
+        reply.stats = stats
+        reply.thinking.append(text, now=time.perf_counter())
+        reply.reasoning.append(text)
+        if self._trace is not None:
+            self._trace("posted", chars=len(text), part="reasoning")
         if self._first:
             self._first = False
             self._emit(FirstText(reply.reply_id))

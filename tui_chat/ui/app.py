@@ -30,14 +30,14 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from tui_chat.config import ChatSettings, Config
+from tui_chat.config import KEYS, ChatSettings, Config, ConfigError
 from tui_chat.engine.base import ChatMessage, Engine
 from tui_chat.engine.stream import TraceFn
 from tui_chat.engines import EngineFactory, make_engine
 from tui_chat.sanitize import sanitize
 from tui_chat.ui import keys
 from tui_chat.ui.conversation_keys import ConversationKeys
-from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal
+from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal, thinking_clip_of
 from tui_chat.ui.driver import ChatDriver
 from tui_chat.ui.gc_hold import FullCollectionHold
 from tui_chat.ui.messages import SessionUpdate
@@ -190,6 +190,8 @@ class ChatApp(ConversationKeys):
         self._engine_started = False
         self.engine_factory: EngineFactory = make_engine
         """Builds the engine of a model picked with F3 (tests put a fake here)."""
+        self._answer_now_asked: int | None = None
+        """The reply whose thinking the user ended (Ctrl+N), until it ends."""
 
     @property
     def session(self) -> ChatSession:
@@ -220,7 +222,8 @@ class ChatApp(ConversationKeys):
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        with ChatView(id="conversation", saved=self._history is not None):
+        with ChatView(id="conversation", saved=self._history is not None) as view:
+            view.show_thinking = self.config.show_thinking
             yield Welcome(self._model_name(), None)
         yield self._status
         yield Composer(id="composer")
@@ -371,6 +374,7 @@ class ChatApp(ConversationKeys):
         if user_turn is not None:
             user_turn.queued = False
         view = self.chat
+        carried = view.last_turn(AssistantTurn) if event.kind == "continue" else None
         if event.kind in ("regenerate", "continue", "edit"):
             # Asked for now (a key, the palette): show it and follow it, as a message
             # sent does (the view stayed where the turn cursor had left it).
@@ -379,11 +383,13 @@ class ChatApp(ConversationKeys):
         if event.kind == "edit":
             await view.remove_last(UserTurn)
             await view.add(UserTurn(event.text), {"role": "user", "content": event.text})
-        turn = AssistantTurn(label=self._model_name())
+        turn = AssistantTurn(label=self._model_name(), show_thinking=self.config.show_thinking)
         self._live = (event.reply_id, turn)
         self._gc_hold.hold()
         await view.add(turn)
         if event.kind == "continue":
+            if isinstance(carried, AssistantTurn):
+                turn.carry_on(carried.reasoning)  # a thinking cut short goes on under it
             turn.paint(event.text)
         self._update_status()
 
@@ -393,6 +399,12 @@ class ChatApp(ConversationKeys):
             return
         await self._paint_tick()
         turn = live[1]
+        # Cut by the token limit or stopped while thinking: no answer yet, Ctrl+G goes on.
+        thinking_only = (
+            event.thinking_unclosed
+            and not event.text.strip()
+            and event.reason in ("length", "cancelled")
+        )
         note = None
         if event.reason == "cancelled":
             note = INTERRUPTED_NOTE
@@ -400,14 +412,29 @@ class ChatApp(ConversationKeys):
             note = f"⚠ {event.error}"
         elif event.empty:
             note = EMPTY_NOTE
-        elif event.reason == "length" and event.stats.n_tokens:
-            note = "… reply cut at the token limit"
+        elif event.reason == "length" and event.stats.n_tokens and not thinking_only:
+            note = "… reply cut at the token limit"  # (the thinking's line says it else)
         if event.empty and event.reason == "cancelled":
             note = f"{INTERRUPTED_NOTE} before any text"
         self._live = None
-        await turn.finish(event.text, sanitize(note) if note else None)
+        answered_early, self._answer_now_asked = self._answer_now_asked == event.reply_id, None
+        suffix = ""
+        if event.budget_reached:
+            suffix = " · answered early" if answered_early else " · budget reached"
+        await turn.finish(
+            event.text,
+            sanitize(note) if note else None,
+            reasoning=event.reasoning,
+            stats=event.stats,
+            thinking_note=self._thinking_note(event) if thinking_only else None,
+            thinking_suffix=suffix,
+        )
         if not event.empty:
             message: ChatMessage = {"role": "assistant", "content": event.text}
+            if event.reasoning:
+                message["reasoning"] = event.reasoning
+            if event.model:
+                message["model"] = event.model
             if event.reason in ("cancelled", "error"):
                 message["interrupted"] = True
             self.chat.record(turn, message)
@@ -418,6 +445,14 @@ class ChatApp(ConversationKeys):
         self.n_replies_shown += 1
         self._update_status()
         self.call_after_refresh(self._collect_after_reply)
+
+    def _thinking_note(self, event: ReplyFinished) -> str:
+        """The thinking's line of a reply that ended while still thinking, naming the
+        key that carries it on (the keys' one home, :mod:`tui_chat.ui.keys`)."""
+        carry_on = f"{keys.shown_key('continue_reply')} continues"
+        if event.reason == "length":
+            return f"ran out of tokens while thinking ({KEYS['max_tokens'].flag}); {carry_on}"
+        return f"stopped while thinking; {carry_on}"
 
     def _collect_after_reply(self) -> None:
         """The reply's last frame is drawn: the full collection held during it runs now
@@ -473,13 +508,20 @@ class ChatApp(ConversationKeys):
     async def _paint_tick(self) -> None:
         live = self._live
         if live is not None and live[1].is_mounted:
+            turn = live[1]
             batch = self.session.drain(live[0])
             if batch is not None:
-                live[1].paint(batch.text)
+                if batch.thinking:
+                    turn.think(batch.thinking)
+                if batch.text:
+                    turn.paint(batch.text)
                 if self._trace is not None:
                     oldest = batch.oldest_at
                     staleness = None if oldest is None else (time.perf_counter() - oldest) * 1000
                     self._trace("painted", chars=len(batch.text), staleness_ms=staleness)
+            stats = self.session.live_stats()
+            if stats is not None:
+                turn.show_stats(stats)
             self._gc_hold.tick()
         self._update_status()
 
@@ -594,7 +636,11 @@ class ChatApp(ConversationKeys):
             session.apply_settings(settings)
             self.notify("Settings saved: the next reply uses them", timeout=3)
 
-        self.push_screen(SettingsScreen(session.settings(), session.default_settings), saved)
+        info = session.model_info
+        switches = info.thinking_switches if info is not None else ()
+        self.push_screen(
+            SettingsScreen(session.settings(), session.default_settings, switches), saved
+        )
 
     def action_models(self) -> None:
         """F3: pick another model (local GGUF files, or the server's models); the pick
@@ -623,6 +669,50 @@ class ChatApp(ConversationKeys):
                 )
 
         self.push_screen(ModelPickerScreen(self.config, current), picked)
+
+    def action_answer_now(self) -> None:
+        """Ctrl+N: end the thinking of the reply in flight; it answers now (the
+        embedded engine writes the end of the thinking itself)."""
+        live = self._live
+        if live is None or not self.session.answer_now():
+            stats = self.session.live_stats() if live is not None else None
+            thinking = stats is not None and stats.thinking
+            self.notify(
+                "a server ends its thinking itself: it cannot be told to answer now"
+                if thinking
+                else "no reply is thinking now",
+                markup=False,
+                timeout=3,
+            )
+            return
+        self._answer_now_asked = live[0]
+        self.notify("answering now: the thinking ends here", markup=False, timeout=3)
+
+    def action_toggle_thinking(self) -> None:
+        """Ctrl+T: expand or collapse the thinking of every reply; remembered in the
+        config file (``show_thinking``)."""
+        shown = not self.config.show_thinking
+        self.config.show_thinking = shown
+        self.chat.show_thinking_blocks(shown)
+        what = "shown whole" if shown else "one line each"
+        self.notify(f"thinking: {what} ({keys.shown_key('toggle_thinking')})", timeout=2)
+        self.run_worker(
+            self._save_setting("show_thinking"),
+            group="config-file",
+            exclusive=True,
+            exit_on_error=False,
+            description="write show_thinking to the config file",
+        )
+
+    async def _save_setting(self, name: str) -> None:
+        """Write setting ``name`` back to the config file, off the event loop; say so
+        when it cannot be (the setting still holds for this run)."""
+        from tui_chat.ui.config_file import save_setting
+
+        try:
+            await asyncio.to_thread(save_setting, self.config, name)
+        except (OSError, ConfigError) as exc:
+            self.notice(f"{name} was not saved in the config file: {exc}", "warning")
 
     async def action_clear(self) -> None:
         """Ctrl+L: start a new conversation (only when no reply is streaming)."""
@@ -661,6 +751,18 @@ class ChatApp(ConversationKeys):
     def action_copy_reply(self) -> None:
         """Ctrl+Y: copy the selected turn (else the last reply) as Markdown source."""
         self._copy_turn(self.chat.copy_target(), 0)
+
+    def action_copy_thinking(self) -> None:
+        """The palette's "Copy thinking": the thinking of the selected turn, else of
+        the last reply (a reply's own copy is its answer only)."""
+        turn = self.chat.copy_target()
+        try:
+            number = self.chat.reply_number(turn) if turn is not None else 0
+            clip = thinking_clip_of(turn, number)
+        except NothingToCopy as why:
+            self.notice(str(why), "warning")
+            return
+        self.copy_to_clipboard(clip.text, clip.what)
 
     def action_copy_code(self, n: int) -> None:
         """Copy code block ``n`` (from 1) of the selected turn, else the last reply."""

@@ -1,4 +1,5 @@
-"""What a copy takes from a turn: a reply's Markdown source or one of its code blocks.
+"""What a copy takes from a turn: a reply's Markdown source (its answer, never its
+thinking), one of its code blocks, or its thinking.
 
 The text goes to the clipboard as the user sees it on screen: control characters (an
 ESC the model wrote) become their visible stand-ins (:func:`tui_chat.sanitize.sanitize`),
@@ -68,6 +69,24 @@ def clip_of(turn: Widget | None, code_block: int = 0, number: int = 0) -> Clip:
         raise NothingToCopy(f"{name} has {count or f'{len(blocks)} code blocks'}")
     text = blocks[code_block - 1].removesuffix("\n")
     return Clip(sanitize(text), f"code block {code_block} of {name}")
+
+
+def thinking_clip_of(turn: Widget | None, number: int = 0) -> Clip:
+    """The thinking of reply ``turn`` to copy (a reply's copy is its answer only);
+    ``number`` is which reply it is, for the notice (0: unknown).
+
+    Raises:
+        NothingToCopy: no turn, not a reply, or a reply without thinking.
+    """
+    if turn is None:
+        raise NothingToCopy("there is no reply to copy yet")
+    if not isinstance(turn, AssistantTurn):
+        raise NothingToCopy("only a reply has thinking: select a reply (Ctrl+Up)")
+    name = f"reply {number}" if number else "the reply"
+    reasoning = turn.reasoning.strip()
+    if not reasoning:
+        raise NothingToCopy(f"{name} has no thinking")
+    return Clip(sanitize(reasoning), f"the thinking of {name}")
 
 
 def refusal(clip: Clip) -> str | None:

@@ -121,6 +121,11 @@ SECTIONS: tuple[Section, ...] = (
                 "continue_reply", "Continue reply", "chat"),
         ChatKey("F6", "edit your last message: it comes back into the composer; Enter sends it "
                 "again, Esc cancels", "f6", "edit_last", "Edit last message", "chat"),
+        ChatKey("Ctrl+T", "show or hide the thinking of every reply (a reasoning model's; "
+                "remembered in the config file as show_thinking)", "ctrl+t",
+                "toggle_thinking", "Show or hide thinking", "chat"),
+        ChatKey("Ctrl+N", "answer now: end the thinking of the reply in flight and have it "
+                "answer", "ctrl+n", "answer_now", "Answer now", "chat"),
         ChatKey("Ctrl+L", "new chat (with the run's settings)", "ctrl+l", "clear", "New chat",
                 "chat", footer="New chat"),
     )),
@@ -166,6 +171,13 @@ CHAT_FILE_COMMANDS: tuple[ChatKey, ...] = (
 )  # fmt: skip
 
 
+# Commands of the palette that have no key of their own.
+REPLY_COMMANDS: tuple[ChatKey, ...] = (
+    ChatKey("", "copy the thinking of the selected reply, or of the last reply",
+            action="copy_thinking", title="Copy thinking", scope="app"),
+)  # fmt: skip
+
+
 def rows() -> list[ChatKey]:
     """Every row of :data:`SECTIONS`, in order."""
     return [key for section in SECTIONS for key in section.keys]
@@ -179,7 +191,8 @@ def bindings(scope: Scope) -> list[BindingType]:
 def palette_keys() -> list[ChatKey]:
     """The rows the palette lists: every titled action of the chat and the app (a row
     documented by the one above it, as PageDown by PageUp, takes that row's key and
-    help), and the commands on the open chat."""
+    help), the commands without a key (:data:`REPLY_COMMANDS`) and the commands on the
+    open chat."""
     listed: list[ChatKey] = []
     above: ChatKey | None = None
     for key in rows():
@@ -190,4 +203,20 @@ def palette_keys() -> list[ChatKey]:
         if not key.shown and above is not None:
             key = dataclasses.replace(key, shown=above.shown, help=above.help)
         listed.append(key)
-    return listed + list(CHAT_FILE_COMMANDS)
+    return listed + list(REPLY_COMMANDS) + list(CHAT_FILE_COMMANDS)
+
+
+def shown_key(action: str) -> str:
+    """The key of ``action`` as F1 writes it (``Ctrl+G`` for ``continue_reply``), for a
+    line that tells the user which key to press.
+
+    Raises:
+        KeyError: no row binds ``action``.
+    """
+    above = ""
+    for key in rows():
+        if key.shown:
+            above = key.shown
+        if key.action == action:
+            return key.shown or above
+    raise KeyError(action)

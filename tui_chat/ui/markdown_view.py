@@ -28,8 +28,10 @@ it was drawn as; the end-of-line padding left out). Textual's default
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.geometry import Size
 from textual.selection import Selection
@@ -284,6 +286,68 @@ class StreamingMarkdown(MarkdownView):
             return self._lines[y]
         y -= len(self._lines)
         return self._live[y] if y < len(self._live) else None
+
+
+class PlainTextView(MarkdownView):
+    """Plain text (untrusted model output: a reply's thinking) drawn as written: never
+    parsed as Markdown nor as markup, wrapped at the width, its lines cached per width
+    as a :class:`MarkdownView`'s are (a layout costs nothing for unchanged text).
+
+    Args:
+        text: the text (raw; sanitized here).
+        tail_rows: show only the last this many rows, None for all. Drawing them wraps
+            only the end of the text those rows need, so the cost of a paint does not
+            grow with the text (the live tail of a long thinking).
+        classes: CSS classes.
+    """
+
+    def __init__(
+        self, text: str = "", *, tail_rows: int | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(classes=classes)
+        self._text = sanitize(text)
+        self.tail_rows = tail_rows
+
+    def set_text(self, text: str, *, tail_rows: int | None = None) -> None:
+        """Show ``text`` (raw; sanitized here) instead, from the next frame.
+
+        Args:
+            text: the new text.
+            tail_rows: see the class; None shows all of it.
+        """
+        self._text = sanitize(text)
+        self.tail_rows = tail_rows
+        self._lines_width = -1
+        self._lines = []
+        self._strips = {}
+        self.refresh(layout=True)
+
+    def _draw(self, width: int) -> list[Line]:
+        if width <= 0 or not self._text:
+            return []
+        console = self.app.console
+        if self.tail_rows is None:
+            return _wrapped(self._text, width, console)
+        text, rows_left = self._text, self.tail_rows
+        lines: list[Line] = []
+        end = len(text)
+        while rows_left > 0 and end >= 0:
+            start = text.rfind("\n", 0, end) + 1
+            # A row holds at most ``width`` characters: the rest of the line is not
+            # wrapped at all.
+            piece = text[max(start, end - rows_left * width) : end]
+            rows = _wrapped(piece, width, console)[-rows_left:]
+            lines[:0] = rows
+            rows_left -= len(rows)
+            end = start - 1
+        return lines
+
+
+def _wrapped(text: str, width: int, console: Console) -> list[Line]:
+    """``text`` wrapped at ``width`` cells, one list of segments per row, each padded
+    to the width (a row shorter than the widget left the cells after it undrawn)."""
+    rows = Text(text, end="").wrap(console, width, overflow="fold")
+    return [Segment.adjust_line_length(list(row.render(console)), width) for row in rows]
 
 
 def highlight_span(line: Strip, start: int, end: int, style: Style) -> Strip:

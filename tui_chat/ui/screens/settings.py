@@ -1,4 +1,4 @@
-"""The settings screen (F2): this conversation's system prompt and sampling.
+"""The settings screen (F2): this conversation's system prompt, sampling and thinking.
 
 Keyboard first, at 80x24: Tab moves between the fields, Enter in a number field or
 Ctrl+S saves, Ctrl+R puts the run's settings back into the fields (the config file and
@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static, TextArea
+from textual.widgets import Input, Select, Static, TextArea
 
 from tui_chat.config import ChatSettings, check_setting
 from tui_chat.engine.base import SamplingParams
@@ -44,8 +44,15 @@ FIELDS = (
     _Field("repeat_penalty", "repeat penalty", False),
     _Field("max_tokens", "max tokens", True),
     _Field("seed", "seed (-1 random)", True),
+    _Field("reasoning_budget", "thinking budget", True),
 )
 """The sampling fields, in screen order."""
+
+CHOICES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("thinking", "thinking", "thinking", ("auto", "on", "off")),
+    ("reasoning_effort", "effort", "reasoning_effort", ("default", "low", "medium", "high")),
+)
+"""The thinking fields: (key, label, the model's switch that makes it work, values)."""
 
 NUMBER_CHARS = r"[-+0-9.eE]*"
 """What the number fields accept (Textual's ``Input(restrict=...)``): a paste with
@@ -69,6 +76,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     Args:
         current: the settings in use (shown in the fields).
         defaults: what Ctrl+R puts back (the run's settings).
+        switches: the thinking switches the loaded model's chat template reads
+            (:attr:`~tui_chat.engine.base.ModelInfo.thinking_switches`); a field whose
+            switch it lacks is shown with a line saying the model cannot switch.
     """
 
     DEFAULT_CSS = """
@@ -103,6 +113,18 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     SettingsScreen #sampling Input {
         width: 1fr;
     }
+    SettingsScreen #thinking {
+        grid-size: 4;
+        grid-columns: 18 1fr 18 1fr;
+        grid-rows: 1;
+        grid-gutter: 0 1;
+        height: auto;
+        margin-top: 1;
+    }
+    SettingsScreen #switch-note {
+        color: $text-muted;
+        height: auto;
+    }
     SettingsScreen #error {
         color: $text-error;
         height: auto;
@@ -121,10 +143,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         Binding("ctrl+r", "reset", "Run defaults"),
     ]
 
-    def __init__(self, current: ChatSettings, defaults: ChatSettings) -> None:
+    def __init__(
+        self, current: ChatSettings, defaults: ChatSettings, switches: tuple[str, ...] = ()
+    ) -> None:
         super().__init__()
         self._current = current
         self._defaults = defaults
+        self._switches = switches
         # The raw system prompt is kept: the editor shows it sanitized, and an
         # unchanged editor must not write the stand-in symbols back.
         self._raw_prompt = current.system_prompt or ""
@@ -150,6 +175,21 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                         # Only what a number is written with can be typed or pasted.
                         restrict=NUMBER_CHARS,
                     )
+            with Grid(id="thinking"):
+                for key, label, _switch, values in CHOICES:
+                    yield Static(label, classes="label", markup=False)
+                    yield Select(
+                        [(v, v) for v in values],
+                        value=getattr(self._current.sampling, key),
+                        allow_blank=False,
+                        compact=True,
+                        id=f"field-{key}",
+                    )
+            missing = [label for _k, label, switch, _v in CHOICES if switch not in self._switches]
+            note = (
+                f"the model's chat template has no {' or '.join(missing)} switch" if missing else ""
+            )
+            yield Static(note, id="switch-note", markup=False)
             yield Static("", id="error", markup=False)
             yield Static(
                 "Tab next field · Enter or Ctrl+S save · Ctrl+R run defaults · Esc cancel",
@@ -212,6 +252,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             self.prompt_area.focus()
             self.query_one("#error", Static).update(f"system prompt: {exc}")
             return
+        for key, *_rest in CHOICES:
+            values[key] = self.query_one(f"#field-{key}", Select).value
         sampling = SamplingParams(**values)  # type: ignore[arg-type]
         self.dismiss(ChatSettings(prompt or None, sampling))
 
@@ -221,4 +263,6 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         self.prompt_area.load_text(sanitize(self._raw_prompt))
         for f in FIELDS:
             self.field(f.key).value = self._text_of(self._defaults.sampling, f)
+        for key, *_rest in CHOICES:
+            self.query_one(f"#field-{key}", Select).value = getattr(self._defaults.sampling, key)
         self.query_one("#error", Static).update("")

@@ -92,7 +92,8 @@ class ChatView(ConversationView):
         super().__init__(saved=saved, id=id)
         self._selected: Widget | None = None
         self.reply_label = ""
-        """The label of replies mounted from saved messages (the model's name)."""
+        """The label of replies mounted from saved messages whose model is not known
+        (the loaded model's name)."""
 
     def on_mount(self) -> None:
         self.border_subtitle = self.HINT
@@ -104,9 +105,20 @@ class ChatView(ConversationView):
     # ------------------------------------------------------------ the window
     def _turn(self, message: ChatMessage) -> Widget:
         turn = super()._turn(message)
-        if isinstance(turn, AssistantTurn) and self.reply_label:
-            turn.border_title = role_label(self.reply_label)
+        # The model that wrote the reply, when the history knows it (a conversation may
+        # hold replies of several models: F3 switches between replies).
+        label = message.get("model") or self.reply_label
+        if isinstance(turn, AssistantTurn) and label:
+            turn.border_title = role_label(label)
         return turn
+
+    def show_thinking_blocks(self, shown: bool) -> None:
+        """Expand (True) or collapse the thinking of every reply, mounted now or later
+        (Ctrl+T)."""
+        self.show_thinking = shown
+        for turn in self.turns():
+            if isinstance(turn, AssistantTurn):
+                turn.show_thinking(shown)
 
     async def show(
         self,

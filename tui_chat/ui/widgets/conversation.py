@@ -87,6 +87,8 @@ class ConversationView(VerticalScroll):
         self._busy = asyncio.Lock()  # one change of the mounted turns at a time
         self._top = Static("", markup=False, classes="earlier")
         self._bottom = Static("", markup=False, classes="later")
+        self.show_thinking = False
+        """Replies mounted from saved messages show their thinking expanded (Ctrl+T)."""
 
     def compose(self) -> ComposeResult:
         yield self._top
@@ -177,7 +179,12 @@ class ConversationView(VerticalScroll):
     def _turn(self, message: ChatMessage) -> Widget:
         if message["role"] == "user":
             return UserTurn(message["content"])
-        return AssistantTurn(message["content"], note_for(message))
+        return AssistantTurn(
+            message["content"],
+            note_for(message),
+            reasoning=message.get("reasoning", ""),
+            show_thinking=self.show_thinking,
+        )
 
     async def set_versions(self, label: str | None) -> None:
         """Show ``label`` (:func:`version_label`) under the last reply, or nothing."""

@@ -126,9 +126,12 @@ class StatusBar(Widget):
         GPU offload shows as ``GPU 30/30`` (layers offloaded / layers) and only when
         layers are offloaded. A stall is shown only while the reply that stalled streams
         (issue 10: it stayed after the reply had ended), and never pushes the numbers
-        off a narrow bar (see ``_GIVE_WAY``).
+        off a narrow bar (see ``_GIVE_WAY``). While a reply thinks the state reads
+        ``thinking``; after a reply that thought, the time to its first answer token
+        follows the TTFT (``TTFT 400 ms · answer 12.7 s``).
         """
-        parts: dict[str, _Part] = {"state": _Part(state)}
+        thinking = state == "generating" and stats is not None and stats.thinking
+        parts: dict[str, _Part] = {"state": _Part("thinking" if thinking else state)}
         load = self._load
         if load is not None:
             # Whole percents: 100% only once it is all in, never rounded up to it.
@@ -150,7 +153,12 @@ class StatusBar(Widget):
             )
         if stats is not None:
             if stats.ttft_ms is not None:
-                parts["ttft"] = _Part(f"TTFT {stats.ttft_ms:.0f} ms")
+                ttft = f"TTFT {stats.ttft_ms:.0f} ms"
+                if stats.n_thinking_tokens and stats.ttfa_ms is not None:
+                    # After a thinking: when the answer itself began (issue 18).
+                    parts["ttft"] = _Part(f"{ttft} · answer {stats.ttfa_ms / 1000:.1f} s")
+                else:
+                    parts["ttft"] = _Part(ttft)
             if stats.decode_tokens_per_s is not None:
                 parts["speed"] = _Part(f"{stats.decode_tokens_per_s:.1f} tok/s")
             if stats.prefill_tokens_per_s is not None:

@@ -1,12 +1,14 @@
 """The turns of a conversation: the user's message and the model's reply.
 
 A live reply draws only the lines that changed: see
-:class:`~tui_chat.ui.markdown_view.StreamingMarkdown`.
+:class:`~tui_chat.ui.markdown_view.StreamingMarkdown`; its thinking, apart above the
+answer: :class:`~tui_chat.ui.widgets.thinking.ThinkingBlock`.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -15,6 +17,10 @@ from textual.widgets import Static
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.widgets.thinking import ThinkingBlock
+
+if TYPE_CHECKING:
+    from tui_chat.engine.stream import StatsSnapshot
 
 INTERRUPTED_NOTE = "⏹ interrupted"
 EMPTY_NOTE = "∅ empty reply"
@@ -74,12 +80,15 @@ def note_for(message: ChatMessage) -> str | None:
 
 
 class AssistantTurn(Vertical):
-    """One reply: a :class:`StreamingMarkdown` while it streams, then its note.
+    """One reply: its thinking (a :class:`ThinkingBlock`, when it has some), then a
+    :class:`StreamingMarkdown` while it streams, then its note.
 
     Args:
         final_text: build an already finished turn (a reloaded conversation).
         note: a line under a finished turn ("interrupted").
         label: its label, the model's name (sanitized here).
+        reasoning: a finished turn's thinking (raw text; "" for none).
+        show_thinking: thinking blocks are expanded (Ctrl+T).
     """
 
     def __init__(
@@ -88,6 +97,8 @@ class AssistantTurn(Vertical):
         note: str | None = None,
         *,
         label: str = "",
+        reasoning: str = "",
+        show_thinking: bool = False,
     ) -> None:
         super().__init__(classes="turn assistant")
         if label:
@@ -95,15 +106,36 @@ class AssistantTurn(Vertical):
         self.final_text = final_text
         self._note = note
         self._reply = markdown().StreamingMarkdown(classes="live") if final_text is None else None
+        self._show_thinking = show_thinking
+        # A live reply mounts its block when thinking comes (most replies have none).
+        self._thinking: ThinkingBlock | None = (
+            ThinkingBlock(reasoning, live=False, expanded=show_thinking)
+            if final_text is not None and reasoning.strip()
+            else None
+        )
+        self._carried = ""
 
     @property
     def source(self) -> str:
-        """The Markdown painted so far (raw model text, before sanitizing)."""
+        """The Markdown painted so far (raw model text, before sanitizing): the answer
+        only, never the thinking."""
         if self.final_text is not None or self._reply is None:
             return self.final_text or ""
         return self._reply.source
 
+    @property
+    def reasoning(self) -> str:
+        """The thinking shown so far (raw model text); "" for none."""
+        return self._thinking.reasoning if self._thinking is not None else ""
+
+    @property
+    def thinking(self) -> ThinkingBlock | None:
+        """The thinking block, or None for a reply without thinking."""
+        return self._thinking
+
     def compose(self) -> ComposeResult:
+        if self._thinking is not None:
+            yield self._thinking
         if self._reply is not None:
             yield self._reply
             return
@@ -111,15 +143,76 @@ class AssistantTurn(Vertical):
         if self._note:
             yield Static(self._note, markup=False, classes="note")
 
+    def think(self, text: str) -> None:
+        """Append thinking ``text`` (raw model text) to the thinking block, mounted
+        above the answer with the first thinking that is not blank."""
+        if self._thinking is None:
+            if self._reply is None or not text.strip():
+                return
+            self._thinking = ThinkingBlock(live=True, expanded=self._show_thinking)
+            self.mount(self._thinking, before=self._reply)
+        self._thinking.add(text)
+
+    def carry_on(self, reasoning: str) -> None:
+        """This live reply continues one that thought ``reasoning`` (Ctrl+G): its
+        thinking goes on from there."""
+        self._carried = reasoning
+        self.think(reasoning)
+
+    def show_stats(self, stats: StatsSnapshot) -> None:
+        """The reply's numbers so far: the thinking block's label shows them."""
+        if self._thinking is not None:
+            self._thinking.show_stats(stats)
+
     def paint(self, text: str) -> None:
         """Append ``text`` (raw model text); only what changed is drawn again."""
         if self._reply is not None:
+            if text and self._thinking is not None:
+                self._thinking.answer_started()
             self._reply.append(text)
 
-    async def finish(self, final_text: str, note: str | None) -> None:
-        """Show the finished reply and its note ("interrupted")."""
+    def show_thinking(self, shown: bool) -> None:
+        """Expand (True) or collapse the thinking block (Ctrl+T)."""
+        self._show_thinking = shown
+        if self._thinking is not None:
+            self._thinking.set_expanded(shown)
+
+    async def finish(
+        self,
+        final_text: str,
+        note: str | None,
+        *,
+        reasoning: str = "",
+        stats: StatsSnapshot | None = None,
+        thinking_note: str | None = None,
+        thinking_suffix: str = "",
+    ) -> None:
+        """Show the finished reply and its note ("interrupted").
+
+        Args:
+            final_text: the answer as kept (raw model text).
+            note: the line under it, or None.
+            reasoning: its whole thinking ("" for none: the block goes).
+            stats: the final numbers, for the thinking's label.
+            thinking_note: the thinking's line instead of its numbers (a reply that
+                ran out of tokens while thinking).
+            thinking_suffix: said after the thinking's numbers (`` · budget reached``).
+        """
         if self._reply is not None:
             self._reply.finish(final_text)
+        block = self._thinking
+        if self._carried and not reasoning.startswith(self._carried):
+            reasoning = self._carried + reasoning  # a continue's event has its new part only
+        if block is None and reasoning.strip() and self.children:
+            # Thinking that came only with the end (none was drained while it streamed).
+            block = self._thinking = ThinkingBlock(live=True, expanded=self._show_thinking)
+            await self.mount(block, before=self.children[0])
+        if block is not None:
+            if reasoning.strip():
+                block.end(reasoning, stats, note=thinking_note, suffix=thinking_suffix)
+            else:
+                self._thinking = None
+                await block.remove()
         if note:
             await self.mount(Static(note, markup=False, classes="note"))
         self.final_text = final_text
