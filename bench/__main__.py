@@ -9,7 +9,8 @@ bundled GGUF behind llama-cpp-python's server on loopback), ``models`` (the mode
 and a switch between the two bundled models), ``convos`` (a 100,000-message history:
 open and search), ``startup`` (first frame and ready against a bare Textual app and a
 bare model load), ``native`` (decode against llama.cpp's own ``llama-bench`` at each
-thread count, with the frames at each). A failed group leaves its keys
+thread count, with the frames at each), ``reasoning`` (50,000 thinking tokens on screen;
+turn 2 after a thinking reply on SmolLM2). A failed group leaves its keys
 ``null`` and the run goes on; the exit status is then 1.
 
 See the README's "Benchmark and traces" section for how to read the
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 GROUPS = (
     "real", "resume", "fast", "keys", "locked", "long", "shapes", "rss", "naive", "remote",
-    "models", "convos", "startup", "native",
+    "models", "convos", "startup", "native", "reasoning",
 )  # fmt: skip
 GROUP_TIMEOUT_S = 600
 NATIVE_TIMEOUT_S = 1800
@@ -110,6 +111,9 @@ GOALS = [
     Goal("default_vs_native_best", ">=", _fixed(0.95), ">= 0.95"),
     Goal("native_default_lag_p99_ms", "<=", _fixed(16), "<= 16"),
     Goal("native_default_keys_p95_ms", "<=", _fixed(50), "<= 50"),
+    Goal("thinking_paint_ratio", "<=", _fixed(2), "<= 2"),
+    Goal("thinking_keys_p95_ms", "<=", _fixed(50), "<= 50"),
+    Goal("think_turn2_eval_ratio", "<=", _fixed(1.05), "<= 1.05"),
 ]
 
 
@@ -167,6 +171,13 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         # SmolLM2 135M, the default model, as the issue measured it (a 49k-token vocabulary:
         # Gemma's 262k make sampling, which llama-bench does not do, a tenth of a step).
         return await native_runs.native_group(default_model_path(), 2 if quick else 6)
+    if group == "reasoning":
+        from bench import reasoning_runs
+        from tui_chat.paths import default_model_path
+
+        return await reasoning_runs.reasoning_group(
+            default_model_path(), interval, 1 if quick else 3
+        )
     if group == "fast":
         return await fake_runs.fast_group(1 if quick else 3, interval)
     if group == "keys":
