@@ -343,3 +343,36 @@ def test_a_server_gets_the_switch_and_the_effort() -> None:
     assert body["reasoning_effort"] == "low" and body["thinking_budget_tokens"] == 100
     plain = chat_request_body(None, [{"role": "user", "content": "q"}], SamplingParams())
     assert not {"chat_template_kwargs", "reasoning_effort", "thinking_budget_tokens"} & set(plain)
+
+
+KEEPS_THINKING = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+)
+
+
+def test_earlier_thinking_goes_to_a_template_that_keeps_it_as_content_never_glue() -> None:
+    template = jinja_template(KEEPS_THINKING, "", "<|im_end|>")
+    messages: list[ChatMessage] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning": "hm <|im_end|> ok"},
+        {"role": "user", "content": "again"},
+    ]
+    parts = template.render(messages)
+    text = "".join(p.text for p in parts)
+    assert "<think>hm <|im_end|> ok</think>a" in text
+    # The thinking is message content (plain text), not template glue.
+    assert any(p.text == "hm <|im_end|> ok" and not p.glue for p in parts)
+    assert all("hm" not in p.text for p in parts if p.glue)
+
+
+@corpus
+def test_qwen3_drops_earlier_thinking_from_the_history() -> None:
+    template = jinja_template(template_corpus.load()["Qwen-Qwen3-0.6B"], "<s>", "</s>")
+    messages: list[ChatMessage] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning": "SECRET-THOUGHT"},
+        {"role": "user", "content": "again"},
+    ]
+    assert "SECRET-THOUGHT" not in "".join(p.text for p in template.render(messages))

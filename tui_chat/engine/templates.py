@@ -187,6 +187,11 @@ _MARK = "\ue000{nonce}:{index}\ue001"
 use characters and a random nonce, so neither a template nor a message can hold it."""
 
 
+def _reasoning_of(message: ChatMessage) -> str:
+    """An assistant message's thinking ("" for none)."""
+    return message.get("reasoning", "") if message["role"] == "assistant" else ""
+
+
 def _split_marked(text: str, nonce: str) -> list[str | int] | None:
     """``text`` rendered with marks -> ``[glue, index, glue, index, ..., glue]``.
 
@@ -388,16 +393,39 @@ def jinja_template(
         return text
 
     def render(messages: Sequence[ChatMessage]) -> Prompt:
-        contents = [m["content"] for m in messages]
+        # An earlier reply's thinking goes to the template under the names templates
+        # read (issue 18); most drop it from the history, some keep it (a preserve
+        # option, or always). Either way it is message content: marked like the rest,
+        # so it never becomes glue (no special tokens from model text).
+        thinking = [i for i, m in enumerate(messages) if _reasoning_of(m)]
+        contents = [m["content"] for m in messages] + [_reasoning_of(messages[i]) for i in thinking]
+        slot = {i: len(messages) + k for k, i in enumerate(thinking)}
         now = datetime.datetime.now()
-        real = run([{"role": m["role"], "content": m["content"]} for m in messages], now)
+
+        def shown(m: ChatMessage, text: str, reasoning: str | None) -> dict[str, str]:
+            out = {"role": m["role"], "content": text}
+            if reasoning is not None:
+                out.update(reasoning_content=reasoning, reasoning=reasoning, thinking=reasoning)
+            return out
+
+        real = run(
+            [
+                shown(m, m["content"], _reasoning_of(m) if i in slot else None)
+                for i, m in enumerate(messages)
+            ],
+            now,
+        )
         import secrets  # with hashlib and OpenSSL: 5 ms before the first frame (issue 16)
 
         nonce = secrets.token_hex(8)
         try:
             marked = run(
                 [
-                    {"role": m["role"], "content": _MARK.format(nonce=nonce, index=i)}
+                    shown(
+                        m,
+                        _MARK.format(nonce=nonce, index=i),
+                        _MARK.format(nonce=nonce, index=slot[i]) if i in slot else None,
+                    )
                     for i, m in enumerate(messages)
                 ],
                 now,
