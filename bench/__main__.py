@@ -10,7 +10,8 @@ and a switch between the two bundled models), ``convos`` (a 100,000-message hist
 open and search), ``startup`` (first frame and ready against a bare Textual app and a
 bare model load), ``native`` (decode against llama.cpp's own ``llama-bench`` at each
 thread count, with the frames at each), ``reasoning`` (50,000 thinking tokens on screen;
-turn 2 after a thinking reply on SmolLM2). A failed group leaves its keys
+turn 2 after a thinking reply on SmolLM2), ``steer`` (the first token of a steered
+reply against a fresh message's, Gemma). A failed group leaves its keys
 ``null`` and the run goes on; the exit status is then 1.
 
 See the README's "Benchmark and traces" section for how to read the
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 GROUPS = (
     "real", "resume", "fast", "keys", "locked", "long", "shapes", "rss", "naive", "remote",
-    "models", "convos", "startup", "native", "reasoning",
+    "models", "convos", "startup", "native", "reasoning", "steer",
 )  # fmt: skip
 GROUP_TIMEOUT_S = 600
 NATIVE_TIMEOUT_S = 1800
@@ -114,6 +115,7 @@ GOALS = [
     Goal("thinking_paint_ratio", "<=", _fixed(2), "<= 2"),
     Goal("thinking_keys_p95_ms", "<=", _fixed(50), "<= 50"),
     Goal("think_turn2_eval_ratio", "<=", _fixed(1.05), "<= 1.05"),
+    Goal("steer_ttft_ratio", "<=", _fixed(1.2), "<= 1.2"),
 ]
 
 
@@ -178,6 +180,15 @@ async def _run_group(group: str, args: argparse.Namespace) -> dict[str, float]:
         return await reasoning_runs.reasoning_group(
             default_model_path(), interval, 1 if quick else 3
         )
+    if group == "steer":
+        from bench import steer_runs
+        from tui_chat.paths import gemma_model_path
+
+        # Gemma 3 270M, a base model: the reply to steer streams to the token limit.
+        model = gemma_model_path()
+        if not model.exists():
+            raise RuntimeError(f"the bundled model is not at {model}: run 'make models'")
+        return await asyncio.to_thread(steer_runs.steer_group, model, 3 if quick else 7)
     if group == "fast":
         return await fake_runs.fast_group(1 if quick else 3, interval)
     if group == "keys":

@@ -124,7 +124,7 @@ async def test_a_bad_value_is_named_and_nothing_is_applied() -> None:
         await pilot.press("ctrl+u", *"0.5", "enter")  # Enter saves too: top p is next
         await pilot.pause()
         assert "top p: must be a number from 0 to 1" in screen_text(app)
-        await pilot.press("escape")
+        await pilot.press("escape", "escape")  # edits not saved: the first Esc asks
         await wait_for(lambda: not isinstance(app.screen, SettingsScreen))
         assert app.session.settings() == before
         await send(pilot, "hi")

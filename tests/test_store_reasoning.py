@@ -168,7 +168,7 @@ def test_a_schema_3_file_is_upgraded_in_place_and_loses_nothing(tmp_path: Path) 
             (v[0], "", None) for v in VERSIONS
         ]
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         db.close()
 
@@ -349,9 +349,13 @@ def test_the_saver_saves_a_reply_s_thinking_and_its_model(tmp_path: Path) -> Non
     unsaved = ((question, 0),)
     saver.before_reply(7, "qwen3", unsaved, reply_key=1, user_key=0).result(5)
     saver.save_reply(7, "qwen3", 1, "", partial=True, interrupted=False, reasoning="hmm")
-    cid = saver.save_reply(
-        7, "qwen3", 1, "four", partial=False, interrupted=False, reasoning="hmm, 4"
-    ).result(5)
+    cid = (
+        saver.save_reply(
+            7, "qwen3", 1, "four", partial=False, interrupted=False, reasoning="hmm, 4"
+        )
+        .result(5)
+        .conversation_id
+    )
     assert storage.close(5)
     store = Store(path)
     assert store.messages(cid)[-1] == {

@@ -2,7 +2,8 @@
 ``export`` and ``trace-report`` are commands of their own. Exit codes:
 
 0 success; 1 a reply failed in headless mode; 2 bad start-up input (flag, model file,
-terminal); 130 interrupted by Ctrl+C in headless mode.
+terminal, text that is not UTF-8, stdin over 1 MiB, nothing to ``--resume``); 130
+interrupted by Ctrl+C in headless mode.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from tui_chat.config import (
     FLAG_KEYS,
@@ -30,7 +31,7 @@ from tui_chat.config import (
 from tui_chat.engine.base import Engine, EngineError
 from tui_chat.engine.stream import TraceFn
 from tui_chat.engines import make_engine
-from tui_chat.output import ArgumentParser, UsageError, say, silence_output
+from tui_chat.output import ArgumentParser, UsageError, not_utf8, say, silence_output
 from tui_chat.paths import (
     default_config_path,
     history_path,
@@ -118,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-p",
         "--prompt",
-        help="headless: print the reply to PROMPT on stdout and "
-        "exit (also when a prompt arrives on stdin that is not a terminal)",
+        help="headless: print the reply to PROMPT on stdout and exit; text piped in on "
+        "stdin comes first in the same message (cat main.py | tui-chat -p 'review "
+        "this'; at most 1 MiB). Without -p, text on a stdin that is not a terminal is "
+        "the prompt",
     )
     p.add_argument(
         "--raw",
@@ -134,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         type=_conversation_id,
         metavar="ID",
-        help="reopen the newest saved conversation, or conversation ID (tui-chat list shows them)",
+        help="reopen the newest saved conversation, or conversation ID (tui-chat list "
+        "shows them); with -p, answer in its context and save the turn to it",
     )
     p.add_argument(
         "--trace",
@@ -326,6 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         say(f"{exc} (see tui-chat --help)")
         return 2
+    # Text in another encoding arrives as lone surrogates (the settings' own check
+    # catches --system and the others): say so here, not as an "engine error" later.
+    for flag, text in (("-p", prompt), ("--api-key", args.api_key)):
+        if text is not None and (bad := not_utf8(text)) is not None:
+            say(f"{flag}: not UTF-8 text ({bad} is not; is the terminal set to UTF-8?)")
+            return 2
     # --replay and --replay-speed stay out of Config: they choose the engine, they are
     # not settings of a run.
     replay_path, replay_speed = args.replay, args.replay_speed
@@ -343,14 +353,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EngineError as exc:
         say(str(exc))
         return 2
-    if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read().strip()
-        if not prompt:
+    stdin = _piped_stdin()
+    if stdin is not None:
+        from tui_chat.headless import InputError, join_prompt, read_stdin
+
+        try:
+            piped = read_stdin(stdin)
+        except InputError as exc:
+            say(str(exc))
+            return 2
+        if prompt is None and not piped.strip():
             say("no prompt on stdin")
             return 2
+        prompt = join_prompt(piped, prompt)
     if prompt is not None and not prompt.strip():
         say("the prompt is empty")
         return 2
+    resume: int | None = None
+    if prompt is not None and config.resume is not False:
+        from tui_chat.headless import InputError, resume_target
+
+        try:
+            resume = resume_target(config, history_path())
+        except InputError as exc:
+            say(str(exc))
+            return 2
     if prompt is None and not sys.stdout.isatty():
         say("stdout is not a terminal; use -p PROMPT for plain-text output")
         return 2
@@ -370,11 +397,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if prompt is not None:
             from tui_chat.headless import run_headless
 
-            return run_headless(config, engine, prompt, tracer)
+            return run_headless(
+                config, engine, prompt, tracer, history=history_path(), resume=resume
+            )
         return run_tui(config, engine, tracer)
     finally:
         if tracer is not None:
             tracer.close()
+
+
+def _piped_stdin() -> BinaryIO | None:
+    """stdin's bytes when it is not a terminal (a pipe, a file, /dev/null); None for a
+    terminal, or for no stdin at all (``0<&-``, or a stand-in without a file
+    descriptor, as pytest's capture is)."""
+    stream = sys.stdin
+    try:
+        if stream is None or stream.isatty():
+            return None
+        stream.fileno()
+    except (OSError, ValueError):  # closed, or not a file
+        return None
+    return getattr(stream, "buffer", None)
 
 
 def _print_config(config: Config) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 
 from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.templates import template_names
+from tui_chat.output import not_utf8
 from tui_chat.paths import default_config_path
 
 
@@ -89,6 +90,11 @@ class Config:
         show_thinking: show the thinking of every reply expanded (a reasoning model's);
             False shows each as one line once its answer starts. Ctrl+T changes it and
             writes it back to the config file.
+        notify: a reply that took at least :attr:`notify_after_s` and ends while the
+            terminal does not have the focus sends a desktop notification through the
+            terminal (:mod:`tui_chat.ui.notify`); never with ``-p``.
+        notify_after_s: the shortest reply, in seconds from its start (the prefill) to
+            its end, that :attr:`notify` tells about.
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
         resume: reopen a saved conversation: True for the newest (``--resume``), a
@@ -118,6 +124,8 @@ class Config:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     render_interval_ms: int = 80
     show_thinking: bool = False
+    notify: bool = True
+    notify_after_s: float = 5.0
     trace: Path | None = None
     history: bool = True
     resume: bool | int = False
@@ -242,7 +250,7 @@ def _bool(value: object) -> bool:
     return value
 
 
-def _text(max_chars: int, *, one_line: bool = True) -> Callable[[object], str]:
+def _text(max_chars: int, *, one_line: bool = True, utf8: bool = True) -> Callable[[object], str]:
     def check(value: object) -> str:
         if not isinstance(value, str):
             raise _Bad("must be a string")
@@ -250,6 +258,10 @@ def _text(max_chars: int, *, one_line: bool = True) -> Callable[[object], str]:
             raise _Bad(f"must be a string of at most {max_chars} characters")
         if "\x00" in value or (one_line and any(ord(c) < 0x20 or c == "\x7f" for c in value)):
             raise _Bad("must be a string without control characters")
+        # A flag or variable in another encoding (issue 20): say so now, not as an
+        # "engine error" when the model gets the text.
+        if utf8 and (bad := not_utf8(value)) is not None:
+            raise _Bad(f"must be UTF-8 text ({bad} is not; is the terminal set to UTF-8?)")
         return value
 
     return check
@@ -273,7 +285,8 @@ def _url(value: object) -> str:
 
 def _path(value: object) -> Path:
     # Any character but NUL is legal in a POSIX file name; a path is shown sanitized.
-    return Path(_text(MAX_PATH_CHARS, one_line=False)(value)).expanduser()
+    # A file name in another encoding is legal too: the OS gets its bytes back.
+    return Path(_text(MAX_PATH_CHARS, one_line=False, utf8=False)(value)).expanduser()
 
 
 def _paths(value: object) -> tuple[Path, ...]:
@@ -401,6 +414,12 @@ KEYS: dict[str, Key] = {
         Key("show_thinking", _bool, "show the thinking of replies expanded (Ctrl+T in the "
             "app changes it and saves it here); with -p, write the thinking to stderr",
             "--show-thinking", from_text=_bool_text, switch=True),
+        Key("notify", _bool, "a desktop notification through the terminal (OSC 777, OSC 99 "
+            "or OSC 9; a bell where none is known) when a reply that took notify_after_s "
+            "or more ends while the terminal is not focused", None, from_text=_bool_text),
+        Key("notify_after_s", _float_in(0, 86_400, " (s)"), "the shortest reply (seconds, "
+            "from its start, the prefill, to its end) that notify tells about", None,
+            from_text=_number_text),
         Key("history", _bool, "save conversations (false: like --no-history)", "--no-history",
             from_text=_bool_text, switch=False),
         Key("api_base", _url, "chat with a model on an OpenAI-compatible server instead of "
@@ -464,7 +483,8 @@ def read_config_file(path: Path, *, must_exist: bool) -> dict[str, Any]:
             "is it the right file?"
         )
     try:
-        text = data.decode("utf-8")
+        # utf-8-sig: a byte-order mark (Notepad writes one) is skipped, not a TOML error.
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"the config file {path} is not UTF-8 text (byte {exc.start})") from None
     import tomllib  # only when there is a file: 3 ms before the first frame (issue 16)

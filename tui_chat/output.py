@@ -35,6 +35,24 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def not_utf8(text: str) -> str | None:
+    """What in ``text`` cannot be written as UTF-8 (``"byte 0xff"``), or None when all
+    of it can.
+
+    Python decodes the command line, the environment and file names with
+    ``surrogateescape``: a byte that is not UTF-8 there (a Latin-1 terminal, a file
+    named in another encoding) becomes a lone surrogate U+DC80-U+DCFF, which raises
+    ``UnicodeEncodeError`` much later, when llama.cpp or a server gets the text
+    (issue 20, item 6). Any other lone surrogate is named as a code point.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        return f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+    return None
+
+
 class OutputClosed(Exception):
     """stdout's reader is gone (a closed pipe); exit with :data:`EXIT_BROKEN_PIPE`."""
 

@@ -1,6 +1,6 @@
 """Headless mode and a bad environment, with the real CLI and the bundled model:
 a closed pipe (C28), unusable state and data folders (C27), the native log kept per run
-and capped (issue 7)."""
+and capped (issue 7), ``--resume ID -p`` (issue 20)."""
 
 from __future__ import annotations
 
@@ -66,3 +66,32 @@ def test_native_log_is_kept_per_run_and_capped() -> None:
     assert 0 < first <= 2 * 1024 * 1024 + 100 and 0 < previous <= 2 * 1024 * 1024 + 100
     assert sorted(p.name for p in log.parent.iterdir()) == ["llama.log", "llama.log.1"]
     assert abs(first - previous) < first / 2  # the same run twice: one run's worth each
+
+
+def test_resume_p_answers_in_the_chat_and_saves_the_turn() -> None:
+    # Issue 20, item 5: the saved chat is the context, and the new turn goes into it.
+    from tui_chat.history.store import Store
+    from tui_chat.paths import history_path
+
+    history_path().parent.mkdir(parents=True, exist_ok=True)
+    store = Store(history_path())
+    try:
+        cid = store.new_conversation("SmolLM2")
+        store.add_message(cid, {"role": "user", "content": "My name is Ada."})
+        store.add_message(cid, {"role": "assistant", "content": "Hello Ada."})
+    finally:
+        store.close()
+    proc = subprocess.run(
+        tui_chat_argv("--resume", str(cid), "-p", "What is my name?", *ARGS),
+        env=app_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    store = Store(history_path())
+    try:
+        saved = store.messages(cid)
+    finally:
+        store.close()
+    assert [m["role"] for m in saved] == ["user", "assistant", "user", "assistant"]
+    assert saved[2]["content"] == "What is my name?"
+    assert saved[3]["content"].strip() == proc.stdout.strip()

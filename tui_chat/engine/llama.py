@@ -250,6 +250,16 @@ class LlamaEngine:
         if self._preflight is not None:
             self._preflight()
         header = self._header or read_model_header(self.model_path)
+        try:
+            str(header.path).encode("utf-8")
+        except UnicodeEncodeError:
+            # llama-cpp-python passes the path to llama.cpp as UTF-8; a name in another
+            # encoding (a lone surrogate in Python) would fail there as an encode error.
+            shown = os.fsencode(header.path).decode("utf-8", "backslashreplace")
+            raise ModelFileError(
+                f"{shown}: the file name is not UTF-8, and llama.cpp opens only UTF-8 "
+                "names; rename the file or link it under a UTF-8 name"
+            ) from None
         memory = total_memory_bytes()
         if self.n_gpu_layers == 0 and memory and header.size_bytes > memory:
             # The weights may not fit (a file is never smaller than its weights): only
@@ -617,6 +627,7 @@ class LlamaEngine:
         gen = llm.generate(tokens, **self._sampling_options(params))
         reply: list[int] = []
         first = True
+        first_piece = True  # a stop during the prefill still shows the first token
         step_start = time.perf_counter()
         try:
             token = next(gen, None)
@@ -634,6 +645,13 @@ class LlamaEngine:
                         thinking_open=inside,
                     )
                 step_ms = (now - step_start) * 1000
+                if cancel.is_set() and not first_piece:
+                    # Sampled after the stop was asked for, and never evaluated: not
+                    # shown, so the KV cache holds every token of the reply that is
+                    # kept and the next prompt (a steer: issue 20) evaluates nothing
+                    # of it again.
+                    break
+                first_piece = False
                 if self._is_eog(self._vocab, token):
                     yield TokenPiece(b"", eog=True, step_ms=step_ms)
                     break
@@ -692,6 +710,11 @@ class LlamaEngine:
                 # its answer alone (templates drop earlier thinking), so the KV cache
                 # is reused up to the reply's first token and no further.
                 self._splice.end_turn(reply_text, reply)
+                if cancel.is_set() and llm.n_tokens == len(tokens) + len(reply) - 1:
+                    # Stopped after its last token was shown (the stop came while the
+                    # consumer took it): evaluate it now, so the KV cache holds the
+                    # whole partial reply the next prompt starts with.
+                    llm.eval(reply[-1:])
             self.last_prompt_tokens = tokens
 
     def _switch_thinking(self, params: SamplingParams) -> None:

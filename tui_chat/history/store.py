@@ -6,9 +6,10 @@ A :class:`Store` is used by one thread only: the storage thread of
 Messages are stored raw, exactly as the model wrote them (escape sequences included):
 what is made safe is the painting, never the record (replay case C22).
 
-The database schema, version 4 (``PRAGMA user_version``)::
+The database schema, version 5 (``PRAGMA user_version``)::
 
     conversations(id, created_at, model, title, updated_at)
+        id          AUTOINCREMENT (schema 5): never given again after a delete
         model       the model it was started with; the label of its replies saved
                     before schema 4, which have no model of their own
         title       NULL until the user renames it; lists show the first user
@@ -17,6 +18,7 @@ The database schema, version 4 (``PRAGMA user_version``)::
                     ordered by it (index conversations_by_update)
     messages(id, conversation_id, role, content, interrupted, partial, created_at,
              version, reasoning, model)
+        id          AUTOINCREMENT (schema 5), as for conversations
         role        system, user or assistant
         content     the text; for a reply, its answer
         interrupted the user stopped the reply (its partial text is kept)
@@ -53,14 +55,18 @@ reply in flight is saved at least once a second; when the process is killed befo
 the reply ends (SIGKILL, power loss), the next start turns such rows into interrupted
 replies (:meth:`Store.recover_partial`).
 
-Files of versions 1 to 3 are upgraded in place (:func:`_migrate`); schema 4 only adds
+Files of versions 1 to 4 are upgraded in place (:func:`_migrate`); schema 4 only adds
 columns (``reasoning`` and ``model``, on messages and message_versions), so no row
-changes. The upgrade checks each table, column, index and trigger rather than trusting
-``user_version`` alone, so running it twice, or on a file another build already
-upgraded in part, does nothing wrong. A Python whose SQLite lacks FTS5 runs without the
-index: its triggers are dropped so that writes still work, search falls back to
-``LIKE`` (slower; the search screen says so), and the next start with FTS5 rebuilds the
-index.
+changes; schema 5 rebuilds conversations and messages as ``AUTOINCREMENT`` tables
+(:func:`_autoincrement`: every row and id kept, the search index too). Ids are never
+reused, so a second instance on the same file that still holds the id of a conversation
+deleted here finds it gone, never somebody else's chat (issue 20, item 7;
+:mod:`tui_chat.session.saving`). The upgrade checks each table, column, index and
+trigger rather than trusting ``user_version`` alone, so running it twice, or on a file
+another build already upgraded in part, does nothing wrong. A Python whose SQLite lacks
+FTS5 runs without the index: its triggers are dropped so that writes still work, search
+falls back to ``LIKE`` (slower; the search screen says so), and the next start with FTS5
+rebuilds the index.
 
 ``conversation_settings`` holds a conversation's own system prompt and sampling, as
 JSON (:class:`tui_chat.config.ChatSettings`), once the user has changed them in the
@@ -84,7 +90,7 @@ from pathlib import Path
 
 from tui_chat.engine.base import ChatMessage
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 0.25
 """How long one SQLite call waits for another process's lock before it raises."""
 
@@ -92,14 +98,14 @@ BUSY_TIMEOUT_S = 0.25
 # _migrate (CREATE TABLE IF NOT EXISTS adds no column to an existing table).
 _TABLES = """
 CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     created_at REAL NOT NULL,
     model TEXT NOT NULL DEFAULT '',
     title TEXT,
     updated_at REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
     content TEXT NOT NULL,
@@ -193,12 +199,56 @@ def _statements(script: str) -> list[str]:
     return [part.strip() for part in script.split(";") if part.strip()]
 
 
+def _table_sql(db: sqlite3.Connection, table: str) -> str:
+    row = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    found = row.fetchone()
+    return found[0] if found and isinstance(found[0], str) else ""
+
+
+def _autoincrement(db: sqlite3.Connection, use_fts: bool) -> None:
+    """Schema 5: rebuild ``conversations`` and ``messages`` with ``AUTOINCREMENT`` ids
+    when they lack it, keeping every row and its id (inside the caller's transaction).
+
+    Without AUTOINCREMENT SQLite gives a new row the highest id + 1, so after a delete
+    of the newest conversation (in another window: issue 20, item 7) the next new one
+    got the deleted one's id, and a second instance still holding that id saved into
+    somebody else's chat. A table cannot be altered to AUTOINCREMENT: this is SQLite's
+    "make other kinds of table schema changes" procedure (create, copy, drop, rename).
+    Foreign keys must be off (:meth:`Store._setup` turns them on after the upgrade), or
+    dropping the old conversations would cascade to every message. The search index
+    keeps its entries (rowids do not change); only its triggers, dropped with the old
+    ``messages``, are made again. Checked by the table's own SQL, so it runs once.
+    """
+    tables = [
+        t for t in ("conversations", "messages") if "AUTOINCREMENT" not in _table_sql(db, t).upper()
+    ]
+    if not tables:
+        return
+    existing = _names(db, "trigger")
+    for name in _FTS_TRIGGERS:
+        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+    definitions = {part.split("(", 1)[0].split()[-1]: part for part in _statements(_TABLES)}
+    for table in tables:
+        new = f"{table}_autoincrement"
+        db.execute(f"DROP TABLE IF EXISTS {new}")
+        db.execute(definitions[table].replace(f"IF NOT EXISTS {table} (", f"{new} (", 1))
+        names = ", ".join(row[1] for row in db.execute(f"PRAGMA table_info({new})"))
+        # A row the copy refuses raises, and the whole upgrade is rolled back.
+        db.execute(f"INSERT INTO {new} ({names}) SELECT {names} FROM {table} ORDER BY id")
+        db.execute(f"DROP TABLE {table}")
+        db.execute(f"ALTER TABLE {new} RENAME TO {table}")
+    if use_fts and "messages_fts" in _names(db, "table"):
+        for name, sql in _FTS_TRIGGERS.items():
+            if name in existing:
+                db.execute(sql)
+
+
 def _migrate(db: sqlite3.Connection, use_fts: bool) -> None:
-    """Bring any file of schema 1-4 to schema 4, in place, inside the caller's transaction.
+    """Bring any file of schema 1-5 to schema 5, in place, inside the caller's transaction.
 
     Each step checks what exists (tables, columns, indexes, triggers) instead of trusting
     ``user_version``, so it can run any number of times, also on a file that another
-    branch's migration touched first.
+    branch's migration touched first. Foreign keys must be off (see :func:`_autoincrement`).
     """
     for statement in _statements(_TABLES):
         db.execute(statement)
@@ -212,6 +262,7 @@ def _migrate(db: sqlite3.Connection, use_fts: bool) -> None:
         "(SELECT max(created_at) FROM messages WHERE conversation_id = conversations.id),"
         " created_at) WHERE updated_at = 0"
     )
+    _autoincrement(db, use_fts)
     for statement in _statements(_INDEXES):
         db.execute(statement)
     tables, triggers = _names(db, "table"), _names(db, "trigger")
@@ -557,13 +608,16 @@ class Store:
             if check != "ok":
                 raise _Damaged(str(check)[:200])
             self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA foreign_keys = ON")
             self.has_fts = fts5_available(self._db)
+            # Off while upgrading (a table rebuilt drops its old copy: with foreign keys
+            # on that would cascade), on for every call after.
+            self._db.execute("PRAGMA foreign_keys = OFF")
             with self._db:
                 # One transaction: a file is either upgraded in full or left as it was.
                 self._db.execute("BEGIN IMMEDIATE")
                 _migrate(self._db, self.has_fts)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("PRAGMA foreign_keys = ON")
         except HistoryError:
             raise
         except sqlite3.Error as exc:
@@ -588,6 +642,14 @@ class Store:
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
+
+    def has_conversation(self, conversation_id: int) -> bool:
+        """True while conversation ``conversation_id`` is in the history (another
+        instance may have deleted it; ids are never reused, so False is for good)."""
+        found = self._db.execute(
+            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return found is not None
 
     def add_message(
         self, conversation_id: int, message: ChatMessage, *, partial: bool = False
@@ -630,7 +692,7 @@ class Store:
         partial: bool,
         reasoning: str = "",
         model: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Replace the text and flags of a saved message (a reply that is streaming).
 
         Args:
@@ -640,20 +702,25 @@ class Store:
             partial: it is still streaming.
             reasoning: its thinking so far ("" for none).
             model: the model writing it ("" for unknown); None leaves the saved one.
+
+        Returns:
+            False when there is no such message (another instance deleted its
+            conversation).
         """
         with self._db:
             if model is None:
-                self._db.execute(
+                cur = self._db.execute(
                     "UPDATE messages SET content = ?, interrupted = ?, partial = ?,"
                     " reasoning = ? WHERE id = ?",
                     (content, int(interrupted), int(partial), reasoning, message_id),
                 )
             else:
-                self._db.execute(
+                cur = self._db.execute(
                     "UPDATE messages SET content = ?, interrupted = ?, partial = ?,"
                     " reasoning = ?, model = ? WHERE id = ?",
                     (content, int(interrupted), int(partial), reasoning, model or None, message_id),
                 )
+        return cur.rowcount > 0
 
     def delete_message(self, message_id: int) -> None:
         """Remove one message (an empty reply that was saved while it streamed)."""

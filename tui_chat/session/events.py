@@ -234,6 +234,8 @@ class ReplyFinished(SessionEvent):
         budget_reached: the engine closed the thinking itself (the reasoning budget,
             or "answer now").
         model: the model that wrote it.
+        steered: it was stopped by a message sent with
+            :meth:`~tui_chat.session.ChatSession.steer`, which is answered next.
     """
 
     reply_id: int
@@ -249,6 +251,7 @@ class ReplyFinished(SessionEvent):
     thinking_unclosed: bool = False
     budget_reached: bool = False
     model: str = ""
+    steered: bool = False
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ from tui_chat.session.events import (
     VersionShown,
 )
 from tui_chat.session.loading import LoadReporter
-from tui_chat.session.saving import Opened, Saver
+from tui_chat.session.saving import Opened, Saved, Saver
 from tui_chat.session.snapshots import SessionSnapshots
 from tui_chat.session.work import (
     Ask,
@@ -132,6 +132,7 @@ class _Reply:
     parts: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     last_save: float = 0.0
+    steered: bool = False  # stopped by a steer (:meth:`ChatSession.steer`)
 
     def text(self) -> str:
         """The reply so far, a continue's prefix included."""
@@ -217,6 +218,9 @@ class ChatSession:
         self._closing = False
         self._closed = False
         self._snapshots = SessionSnapshots(kv_cache if history is not None else None, listener)
+        # Conversation keys whose saved chat another instance deleted: their KV cache
+        # still holds the deleted turns, so no snapshot of it is saved (issue 20).
+        self._moved: set[int] = set()
         self._thread = threading.Thread(target=self._run, name="tui-chat-engine", daemon=True)
 
     # ---------------------------------------------------------------- state
@@ -300,6 +304,33 @@ class ChatSession:
         replies have ended. Returns the message's id (see :class:`ReplyStarted`)."""
         with self._work:
             return self._ask("send", text)
+
+    def steer(self, text: str) -> int:
+        """Send ``text`` now: stop the reply in flight at its next token and answer
+        ``text`` right after it (issue 20), ahead of messages queued with
+        :meth:`submit`.
+
+        The partial reply stays in the conversation (marked interrupted; its
+        :class:`ReplyFinished` says ``steered``), ``text`` follows it as a user message,
+        and the next reply starts from the live KV cache: the engine holds every token
+        of the partial reply, so only ``text`` and the template's glue are evaluated.
+        With no reply in flight it is :meth:`submit`, but still ahead of the queue.
+        Returns the message's id (see :class:`ReplyStarted`).
+        """
+        with self._work:
+            self._next_message_id += 1
+            ask = Ask(self._next_message_id, "send", text)
+            first = next((i for i, job in enumerate(self._jobs) if isinstance(job, Ask)), None)
+            # next_job takes the oldest of a kind: first in the list is answered first.
+            self._jobs.insert(len(self._jobs) if first is None else first, ask)
+            self._work.notify()
+            current = self._current
+            if current is not None and not current.cancel.is_set():
+                current.steered = True
+                if self._trace is not None:
+                    self._trace("cancel_requested", reply_id=current.reply_id)
+                current.cancel.set()
+            return ask.message_id
 
     def _ask(self, kind: ReplyKind, text: str = "") -> int:
         """Queue an :class:`Ask` (lock held); returns its message id."""
@@ -553,8 +584,8 @@ class ChatSession:
 
         Returns at once; the engine thread deletes the files when it is idle (after
         any save of that conversation in progress, which would write them again).
-        A later conversation may get the same history id (SQLite reuses the highest
-        id after a delete): without this, it found the deleted chat's snapshot.
+        The snapshot holds the chat's text. (Before schema 5 a later conversation
+        could also get the same history id and find the deleted chat's snapshot.)
         """
         with self._work:
             self._jobs = [
@@ -653,18 +684,32 @@ class ChatSession:
     def _notify_storage(self, notice: StorageNotice) -> None:
         self._emit(Notice(notice.text, notice.severity))
 
-    def _saved_as(self, key: int) -> Callable[[Future[int]], None]:
-        """A done-callback for a save of conversation ``key``: its value, the history
-        id, becomes :attr:`conversation_id` while that conversation is the session's."""
+    def _saved_as(self, key: int) -> Callable[[Future[Saved]], None]:
+        """A done-callback for a save of conversation ``key``: its history id becomes
+        :attr:`conversation_id` while that conversation is the session's. When the save
+        found the conversation deleted by another instance and started a new one (once
+        per delete), a notice says so and the deleted chat's KV snapshot goes too."""
 
-        def learn(future: Future[int]) -> None:
+        def learn(future: Future[Saved]) -> None:
             try:
-                conversation_id = future.result()
+                saved = future.result()
             except Exception:
                 return  # no history this run: the storage thread said why
             with self._lock:
                 if self._key == key:
-                    self._conversation_id = conversation_id
+                    self._conversation_id = saved.conversation_id
+                if saved.moved_from is not None:
+                    self._moved.add(key)
+            if saved.moved_from is not None:
+                self.forget_conversation(saved.moved_from)
+                self._emit(
+                    Notice(
+                        f"conversation {saved.moved_from} was deleted in another window; "
+                        f"your messages continue in a new conversation, "
+                        f"{saved.conversation_id}",
+                        "warning",
+                    )
+                )
 
         return learn
 
@@ -791,7 +836,7 @@ class ChatSession:
                 self._state = "interrupted" if result.reason == "cancelled" else "ready"
             shown, count = self._conversation.shown_version()
         turn, saver = reply.turn, self._saver
-        saved: Future[int] | None = None
+        saved: Future[Saved] | None = None
         if saver is not None:
             if not finished.empty:
                 saved = self._save_reply(
@@ -824,6 +869,7 @@ class ChatSession:
                 thinking_unclosed=result.thinking_unclosed,
                 budget_reached=result.budget_reached,
                 model=reply.model,
+                steered=reply.steered and result.reason == "cancelled",
             )
         )
         kept = finished.restored
@@ -831,18 +877,21 @@ class ChatSession:
             self._emit(VersionShown(kept.user_content, reply_of(kept), kept.n, count))
         self._snapshot_after(reply, saved)
 
-    def _snapshot_after(self, reply: _Reply, saved: Future[int] | None) -> None:
+    def _snapshot_after(self, reply: _Reply, saved: Future[Saved] | None) -> None:
         """Engine thread: queue a save of the KV cache as the reply's conversation's
         snapshot, with the id its save gives it (the storage thread may be behind).
 
         Skipped while closing (a quit must end within 1 s; the snapshot of the reply
         before still holds all but the last turn) and while a message waits (its reply
-        ends soon and saves a snapshot holding this one: the wait would delay it).
+        ends soon and saves a snapshot holding this one: the wait would delay it). Never
+        for a conversation another instance deleted: the cache holds the deleted turns.
         """
         if not self._snapshots.enabled(self.engine) or self._saver is None:
             return
         with self._lock:
             if self._closing or any(isinstance(job, Ask) for job in self._jobs):
+                return
+            if reply.key in self._moved:
                 return
             known = self._conversation_id if self._key == reply.key else None
         if saved is None:
@@ -850,12 +899,13 @@ class ChatSession:
                 self._queue_snapshot_save(known, reply.reply_id)
             return
 
-        def queue(done: Future[int]) -> None:
+        def queue(done: Future[Saved]) -> None:
             try:
-                conversation_id = done.result()
+                conversation_id = done.result().conversation_id
             except Exception:
                 return
-            self._queue_snapshot_save(conversation_id, reply.reply_id)
+            if reply.key not in self._moved:
+                self._queue_snapshot_save(conversation_id, reply.reply_id)
 
         saved.add_done_callback(queue)
 
@@ -963,7 +1013,7 @@ class ChatSession:
         partial: bool,
         interrupted: bool = True,
         reasoning: str = "",
-    ) -> Future[int] | None:
+    ) -> Future[Saved] | None:
         """Queue a save of the reply's answer and thinking; None without a history."""
         if self._saver is None:
             return None

@@ -187,7 +187,8 @@ def load_trace(path: str | Path) -> list[dict[str, Any]]:
         OSError: the file cannot be read.
         TraceFormatError: a line is not usable (see :func:`parse_trace_lines`).
     """
-    with open(path, encoding="utf-8", errors="replace") as f:
+    # utf-8-sig: a trace saved by an editor that writes a byte-order mark still reads.
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         return parse_trace_lines(f, name=str(path))
 
 

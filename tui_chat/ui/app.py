@@ -48,6 +48,7 @@ from tui_chat.ui.widgets.status import StatusBar
 from tui_chat.ui.widgets.turns import (
     EMPTY_NOTE,
     INTERRUPTED_NOTE,
+    STEERED_NOTE,
     AssistantTurn,
     UserTurn,
     markdown,
@@ -192,6 +193,8 @@ class ChatApp(ConversationKeys):
         """Builds the engine of a model picked with F3 (tests put a fake here)."""
         self._answer_now_asked: int | None = None
         """The reply whose thinking the user ended (Ctrl+N), until it ends."""
+        self._reply_started_s = 0.0
+        """When the live reply started (``time.monotonic``), for the notification."""
 
     @property
     def session(self) -> ChatSession:
@@ -385,8 +388,10 @@ class ChatApp(ConversationKeys):
             await view.add(UserTurn(event.text), {"role": "user", "content": event.text})
         turn = AssistantTurn(label=self._model_name(), show_thinking=self.config.show_thinking)
         self._live = (event.reply_id, turn)
+        self._reply_started_s = time.monotonic()
         self._gc_hold.hold()
-        await view.add(turn)
+        # Before the messages still queued (after a steer, which went ahead of them).
+        await view.add(turn, before=next((t for t in self._user_turns.values() if t.queued), None))
         if event.kind == "continue":
             if isinstance(carried, AssistantTurn):
                 turn.carry_on(carried.reasoning)  # a thinking cut short goes on under it
@@ -406,7 +411,9 @@ class ChatApp(ConversationKeys):
             and event.reason in ("length", "cancelled")
         )
         note = None
-        if event.reason == "cancelled":
+        if event.steered:
+            note = STEERED_NOTE
+        elif event.reason == "cancelled":
             note = INTERRUPTED_NOTE
         elif event.reason == "error":
             note = f"⚠ {event.error}"
@@ -443,8 +450,39 @@ class ChatApp(ConversationKeys):
             self.notice(event.error or "error", "error")
         self.last_reply = event
         self.n_replies_shown += 1
+        self._notify_if_unwatched(event)
         self._update_status()
         self.call_after_refresh(self._collect_after_reply)
+
+    def _notify_if_unwatched(self, event: ReplyFinished) -> None:
+        """A reply that took ``notify_after_s`` or more ended while the terminal does
+        not have the focus (Textual's ``app_focus``, from the terminal's focus
+        reports): a desktop notification through the terminal (:mod:`tui_chat.ui.notify`).
+        Not for a reply the user stopped (a key press: they are here), not when
+        ``notify`` is off, and never without a terminal (tests, ``-p`` has no app)."""
+        elapsed_s = time.monotonic() - self._reply_started_s
+        config = self.config
+        if (
+            not config.notify
+            or self.app_focus
+            or event.reason == "cancelled"
+            or elapsed_s < config.notify_after_s
+            or self.is_headless
+            or self._driver is None
+        ):
+            return
+        from tui_chat.ui.clipboard import detect_multiplexer
+        from tui_chat.ui.notify import notification
+
+        what = {"error": "reply failed", "length": "reply cut at the token limit"}.get(
+            event.reason, "reply done"
+        )
+        driver = self._driver
+        multiplexer = (
+            driver.multiplexer if isinstance(driver, ChatDriver) else detect_multiplexer(os.environ)
+        )
+        body = f"{what} ({elapsed_s:.1f} s) · {event.model or self._model_name()}"
+        driver.write(notification("tui-chat", body, os.environ, multiplexer))
 
     def _thinking_note(self, event: ReplyFinished) -> str:
         """The thinking's line of a reply that ended while still thinking, naming the
@@ -470,13 +508,20 @@ class ChatApp(ConversationKeys):
         if self.editing:
             self.send_edit(text)
             return
-        queued = self.session.busy or self.session.model_info is None
+        session = self.session
+        before: UserTurn | None = None
+        if event.steer:
+            # Answered next: stops the reply in flight, goes ahead of the queued ones.
+            queued = session.model_info is None
+            message_id = session.steer(text)
+            before = next((t for t in self._user_turns.values() if t.queued), None)
+        else:
+            queued = session.busy or session.model_info is None
+            message_id = session.submit(text)
         turn = UserTurn(text, queued=queued)
-        message_id = self.session.submit(text)
-        if queued:
-            self._user_turns[message_id] = turn
+        self._user_turns[message_id] = turn
         self.chat.scroll_end(animate=False)  # back to the newest turns, following them
-        await self.chat.add(turn, {"role": "user", "content": text})
+        await self.chat.add(turn, {"role": "user", "content": text}, before)
 
     def on_composer_reached_top(self, event: Composer.ReachedTop) -> None:
         """Up past the oldest recalled message: the cursor goes onto the turns."""
@@ -580,6 +625,18 @@ class ChatApp(ConversationKeys):
     def action_interrupt(self) -> None:
         """Ctrl+C while a reply streams: stop it (the app stays open, case C09)."""
         self.session.cancel()
+
+    def action_nothing_selected(self) -> None:
+        """Ctrl+C when no reply streams and neither the composer nor the mouse has a
+        selection to copy (Textual's copies passed the key on): say what Ctrl+C does,
+        and how to copy or quit, rather than nothing."""
+        self.notify(
+            "nothing is selected to copy: drag over text with the mouse first; "
+            f"{keys.shown_key('copy_reply')} copies the last reply, "
+            f"{keys.shown_key('quit')} quits",
+            markup=False,
+            timeout=4,
+        )
 
     async def action_quit(self) -> None:
         """Ctrl+Q: stop any reply, save it, and leave (the CLI makes sure the process
@@ -715,8 +772,17 @@ class ChatApp(ConversationKeys):
             self.notice(f"{name} was not saved in the config file: {exc}", "warning")
 
     async def action_clear(self) -> None:
-        """Ctrl+L: start a new conversation (only when no reply is streaming)."""
+        """Ctrl+L: start a new conversation (only when no reply is streaming or
+        queued, nor a chat opening: else a notice says so)."""
         if not self.session.new_chat():
+            stop = keys.shown_key("stop_reply")
+            self.notify(
+                f"a reply is in flight: stop it first ({stop}), then "
+                f"{keys.shown_key('clear')} starts a new chat",
+                severity="warning",
+                markup=False,
+                timeout=4,
+            )
             return
         await self.chat.clear()
         await self.chat.welcome(self._model_name(), self.session.model_info)
@@ -788,7 +854,26 @@ class ChatApp(ConversationKeys):
             self.notice(refused, "warning")
             return
         super().copy_to_clipboard(clip.text)
-        self.notice(clip.notice)
+        if not os.environ.get("TMUX"):
+            self.notice(clip.notice)
+            return
+        self.run_worker(
+            self._notice_copy_in_tmux(clip),
+            group="tmux-clipboard",
+            exit_on_error=False,
+            description="ask tmux whether the copy gets out",
+        )
+
+    async def _notice_copy_in_tmux(self, clip: Clip) -> None:
+        """Inside tmux: the copy's notice, or why tmux kept it and how to let it out
+        (:func:`tui_chat.ui.clipboard.tmux_drops_copy` asks tmux, off the event loop)."""
+        from tui_chat.ui.clipboard import tmux_drops_copy
+
+        dropped = await asyncio.to_thread(tmux_drops_copy, dict(os.environ))
+        if dropped is None:
+            self.notice(clip.notice)
+        else:
+            self.notice(f"{clip.what} was not copied: {dropped}", "warning")
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """The command palette (Ctrl+P): every titled key of :mod:`tui_chat.ui.keys` that

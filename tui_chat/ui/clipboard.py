@@ -22,6 +22,7 @@ the sequence goes in pieces of :data:`SCREEN_CHUNK` characters, each its own DCS
 from __future__ import annotations
 
 import base64
+import subprocess
 from collections.abc import Mapping
 from typing import Literal
 
@@ -80,6 +81,13 @@ def screen_passthrough(sequence: str) -> str:
 def wrap_osc52(sequence: str, multiplexer: Multiplexer) -> str:
     """What to write for an OSC 52 ``sequence`` under ``multiplexer``: the plain
     sequence, then the passthrough form(s) (see the module docstring)."""
+    return wrap_passthrough(sequence, multiplexer)
+
+
+def wrap_passthrough(sequence: str, multiplexer: Multiplexer) -> str:
+    """What to write for an OSC ``sequence`` (ended by BEL) under ``multiplexer``: the
+    plain sequence, then the passthrough form(s) of the module docstring. The OSC 52
+    copy and the notifications (:mod:`tui_chat.ui.notify`) both go this way."""
     if multiplexer == "tmux":
         return sequence + tmux_passthrough(sequence)
     if multiplexer == "screen":
@@ -92,3 +100,53 @@ def wrap_osc52(sequence: str, multiplexer: Multiplexer) -> str:
 def too_large(text: str) -> bool:
     """True when ``text`` is over the :data:`MAX_BASE64_CHARS` guard."""
     return (len(text.encode("utf-8")) + 2) // 3 * 4 > MAX_BASE64_CHARS
+
+
+TMUX_PROBE_TIMEOUT_S = 2.0
+"""The longest wait for ``tmux show-options`` to answer."""
+
+_tmux_fine: set[str] = set()
+
+
+def tmux_drops_copy(env: Mapping[str, str]) -> str | None:
+    """Inside tmux (``$TMUX`` set), why a copy does not leave it, with how to let it
+    out; None when it does (or outside tmux, or when tmux cannot be asked).
+
+    Asks the tmux server with ``tmux show-options -gv`` (a subprocess: call it off the
+    event loop). A verdict that the copy gets out is kept for the rest of the run
+    (per ``$TMUX``); a "dropped" one is asked again next time, so that a user who
+    follows the advice stops seeing it. tmux before 3.3 has no ``allow-passthrough``
+    and passes a DCS through always.
+    """
+    socket = env.get("TMUX", "")
+    if not socket or socket in _tmux_fine:
+        return None
+    set_clipboard = _tmux_option("set-clipboard", env)
+    if set_clipboard is None:
+        return None  # no tmux to ask (another host's $TMUX, no tmux command)
+    passthrough = _tmux_option("allow-passthrough", env)
+    if set_clipboard == "on" or passthrough in (None, "on", "all"):
+        _tmux_fine.add(socket)
+        return None
+    return (
+        f"tmux keeps the copy to itself (set-clipboard {set_clipboard}, allow-passthrough"
+        f" {passthrough}): add 'set -g set-clipboard on' to ~/.tmux.conf and run"
+        " 'tmux source ~/.tmux.conf'"
+    )
+
+
+def _tmux_option(name: str, env: Mapping[str, str]) -> str | None:
+    """The global value of tmux option ``name``, or None (no such option, no tmux)."""
+    try:
+        done = subprocess.run(
+            ["tmux", "show-options", "-gv", name],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=TMUX_PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = done.stdout.strip()
+    return value if done.returncode == 0 and value else None

@@ -63,7 +63,9 @@ def save_setting(config: Config, name: str) -> Path:
         value = check_setting(name, getattr(config, KEYS[name].target))
         read_config_file(path, must_exist=False)  # refuses a file it would not start with
         try:
-            old = path.read_bytes()[: MAX_CONFIG_FILE_BYTES + 1].decode("utf-8")
+            # As read_config_file reads it: a byte-order mark is skipped (and not
+            # written back; TOML files are UTF-8 without one).
+            old = path.read_bytes()[: MAX_CONFIG_FILE_BYTES + 1].decode("utf-8-sig")
         except FileNotFoundError:
             old = ""
         new = with_setting(old, name, value)

@@ -63,8 +63,7 @@ class ConversationKeys(App[int]):
         self.action_conversations(then=action)
 
     def on_conversations_screen_deleted(self, event: ConversationsScreen.Deleted) -> None:
-        """Its KV snapshot goes too: it holds the chat's text, and SQLite may give the
-        next new chat the same id."""
+        """Its KV snapshot goes too: it holds the chat's text."""
         self.session.forget_conversation(event.conversation_id)
 
     def _deleting(self, conversation_id: int) -> bool:

@@ -67,10 +67,21 @@ class Section:
     keys: tuple[ChatKey, ...]
 
 
+STEER = ChatKey(
+    "Ctrl+S",
+    "steer: stop the reply that streams and send the message now (the partial reply "
+    "stays, marked steered); else as Enter",
+    "ctrl+s",
+)
+"""The composer's steer key (issue 20), handled by the composer itself as Enter is. A
+control byte (0x13), so it arrives whole through tmux, screen and a slow ssh link, as
+Ctrl+Q does; Alt+Enter (ESC, CR) can arrive split, and its ESC stops the reply."""
+
 SECTIONS: tuple[Section, ...] = (
     Section("Writing", (
         ChatKey("Enter", "send the message (typed while the model loads or a reply streams: "
                 "sent next, its turn marked \"you · queued\")"),
+        STEER,
         ChatKey("Ctrl+J", "new line; Shift+Enter and Alt+Enter too where the terminal reports "
                 "them (Alt+Enter: most terminals and tmux; Shift+Enter: terminals with the "
                 "kitty keyboard protocol)"),
@@ -108,7 +119,9 @@ SECTIONS: tuple[Section, ...] = (
                 "in the context (also: leave a selected turn, or editing)", "escape",
                 "stop_reply", "Stop reply", "app", footer="Stop"),
         ChatKey("Ctrl+C", "stop the reply while one streams; else copy the text selected with "
-                "the mouse", "ctrl+c", "interrupt", "", "app", priority=True),
+                "the mouse or in the composer (nothing selected: a notice says how)", "ctrl+c",
+                "interrupt", "", "app", priority=True),
+        ChatKey("", "", "ctrl+c", "nothing_selected", "", "app"),
         ChatKey("Ctrl+Y", "copy the selected turn, or the last reply", "ctrl+y", "copy_reply",
                 "Copy reply", "app"),
         ChatKey("Ctrl+R", "regenerate the last reply (the old one is kept as a version)",

@@ -1,10 +1,12 @@
 """The settings screen (F2): this conversation's system prompt, sampling and thinking.
 
-Keyboard first, at 80x24: Tab moves between the fields, Enter in a number field or
-Ctrl+S saves, Ctrl+R puts the run's settings back into the fields (the config file and
-flags), Esc leaves without saving. A value that is not allowed is named under the
-fields, with the rule it breaks (the config file's rules, :func:`tui_chat.config.
-check_setting`), and the screen stays open.
+Keyboard first, at 80x24: Tab moves between the fields, Enter (in any field, the
+system prompt too, as in the composer) or Ctrl+S saves, Ctrl+J (Shift+Enter, Alt+Enter)
+starts a new line of the system prompt, Ctrl+R puts the run's settings back into the
+fields (the config file and flags), Esc leaves without saving; with edits not saved,
+the first Esc says so and a second one (nothing changed since) leaves. A value that
+is not allowed is named under the fields, with the rule it breaks (the config file's
+rules, :func:`tui_chat.config.check_setting`), and the screen stays open.
 
 Saved settings go to :meth:`~tui_chat.session.ChatSession.apply_settings`: used from
 the next reply on and saved with the conversation.
@@ -19,6 +21,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, Select, Static, TextArea
 
@@ -61,7 +64,26 @@ anything else, control characters included, is refused whole."""
 
 class PromptArea(TextArea):
     """The system prompt editor; a paste is made inert like any text we did not write
-    (control and escape characters become visible symbols: replay case C33)."""
+    (control and escape characters become visible symbols: replay case C33).
+
+    Enter asks to save (:class:`PromptArea.Submitted`), as it sends in the composer and
+    as the screen's footer says; the composer's new-line keys start a new line."""
+
+    class Submitted(Message):
+        """Enter in the system prompt: save the settings."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        from tui_chat.ui.widgets.composer import NEWLINE_KEYS
+
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()  # TextArea's own handler: no newline
+            self.post_message(self.Submitted())
+        elif event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            if not self.read_only:
+                self.replace("\n", *self.selection, maintain_selection_offset=False)
 
     async def _on_paste(self, event: events.Paste) -> None:
         event.prevent_default()  # TextArea's own handler would insert the raw text
@@ -192,13 +214,21 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             yield Static(note, id="switch-note", markup=False)
             yield Static("", id="error", markup=False)
             yield Static(
-                "Tab next field · Enter or Ctrl+S save · Ctrl+R run defaults · Esc cancel",
+                "Tab next · Enter save · Ctrl+J new line · Ctrl+R run defaults · Esc cancel",
                 id="keys",
                 markup=False,
             )
 
     def on_mount(self) -> None:
         self.query_one(PromptArea).focus()
+        self._shown = self._values()
+        self._discard_asked: tuple[str, ...] | None = None
+
+    def _values(self) -> tuple[str, ...]:
+        """What the fields hold now, to tell whether anything was edited."""
+        selects = (str(self.query_one(f"#field-{key}", Select).value) for key, *_r in CHOICES)
+        fields = (self.field(f.key).value for f in FIELDS)
+        return (self.prompt_area.text, *fields, *selects)
 
     @staticmethod
     def _text_of(sampling: SamplingParams, f: _Field) -> str:
@@ -216,8 +246,21 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
 
     # ------------------------------------------------------------- actions
     def action_cancel(self) -> None:
-        """Esc: leave, nothing saved."""
+        """Esc: leave, nothing saved. With edits not saved, the first Esc says so and
+        stays; a second one with nothing changed since leaves (the edits dropped)."""
+        values = self._values()
+        if values != self._shown and values != self._discard_asked:
+            self._discard_asked = values
+            self.query_one("#error", Static).update(
+                "unsaved changes: Esc again to discard them, Enter or Ctrl+S to save"
+            )
+            return
         self.dismiss(None)
+
+    @on(PromptArea.Submitted)
+    def _prompt_submitted(self, event: PromptArea.Submitted) -> None:
+        event.stop()
+        self.action_save()
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:

@@ -143,10 +143,12 @@ class ChatView(ConversationView):
         else:
             await self.mount(Welcome(model_name, info), before=self._bottom)
 
-    async def add(self, widget: Widget, message: ChatMessage | None = None) -> None:
+    async def add(
+        self, widget: Widget, message: ChatMessage | None = None, before: Widget | None = None
+    ) -> None:
         """:meth:`ConversationView.add`; the welcome goes."""
         await self.query_children(Welcome).remove()
-        await super().add(widget, message)
+        await super().add(widget, message, before)
 
     # ------------------------------------------------------------ the cursor
     @property
@@ -252,4 +254,4 @@ _BOUND_KEYS = frozenset(
     if isinstance(binding, Binding)
     for key in binding.key.split(",")
 )
-_FORWARDED_KEYS = NEWLINE_KEYS | {"backspace"}
+_FORWARDED_KEYS = NEWLINE_KEYS | {"backspace", keys.STEER.keys}

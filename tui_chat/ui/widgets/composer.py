@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.keys import STEER
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter", "ctrl+enter", "shift+\r"})
 """Keys that start a new line instead of sending. Ctrl+J is a line feed in every
@@ -36,7 +37,8 @@ def pasted_text(text: str) -> str:
 class Composer(TextArea):
     """The message box: grows to a few lines, then scrolls.
 
-    Enter sends (:class:`Composer.Sent`); Ctrl+J, Shift+Enter and Alt+Enter start a new
+    Enter sends (:class:`Composer.Sent`), the steer key (:data:`tui_chat.ui.keys.STEER`,
+    Ctrl+S) sends with ``steer`` set; Ctrl+J, Shift+Enter and Alt+Enter start a new
     line (:data:`NEWLINE_KEYS`); a bracketed paste goes in whole (:func:`pasted_text`).
     In an empty composer Up and Down walk through earlier messages (:meth:`remember`,
     :meth:`set_history`); Up past the oldest posts :class:`Composer.ReachedTop` (the
@@ -71,11 +73,14 @@ class Composer(TextArea):
         Attributes:
             text: what the composer held (untrusted: the user may have pasted anything,
                 though a paste's control characters are already stand-ins).
+            steer: sent with the steer key (:data:`tui_chat.ui.keys.STEER`): it stops
+                the reply in flight and is answered now.
         """
 
-        def __init__(self, text: str) -> None:
+        def __init__(self, text: str, steer: bool = False) -> None:
             super().__init__()
             self.text = text
+            self.steer = steer
 
     class ReachedTop(Message):
         """Up in an empty composer with no earlier message left to recall."""
@@ -163,6 +168,10 @@ class Composer(TextArea):
             event.stop()
             event.prevent_default()  # TextArea's own handler: no newline
             self.action_submit()
+        elif event.key == STEER.keys:
+            event.stop()
+            event.prevent_default()
+            self.action_submit(steer=True)
         elif event.key in NEWLINE_KEYS:
             event.stop()
             event.prevent_default()
@@ -185,12 +194,13 @@ class Composer(TextArea):
         result = self.replace(pasted_text(text), start, end, maintain_selection_offset=False)
         self.move_cursor(result.end_location)
 
-    def action_submit(self) -> None:
-        """Enter: take the text, empty the composer, post :class:`Sent`."""
+    def action_submit(self, steer: bool = False) -> None:
+        """Enter (``steer``: the steer key): take the text, empty the composer, post
+        :class:`Sent`."""
         text = self.text
         self.load_text("")
         self.remember(text.strip())
-        self.post_message(self.Sent(text))
+        self.post_message(self.Sent(text, steer))
 
     def action_newline(self) -> None:
         """Ctrl+J (Shift+Enter, Alt+Enter): start a new line."""
@@ -205,6 +215,8 @@ class Composer(TextArea):
         Backspace deletes. Other keys only bring the focus here."""
         if key == "enter":
             self.action_submit()
+        elif key == STEER.keys:
+            self.action_submit(steer=True)
         elif key in NEWLINE_KEYS:
             self.action_newline()
         elif key == "backspace":

@@ -205,7 +205,9 @@ class ConversationView(VerticalScroll):
         async with self._changing():
             await self._show([], None, None)
 
-    async def add(self, widget: Widget, message: ChatMessage | None = None) -> None:
+    async def add(
+        self, widget: Widget, message: ChatMessage | None = None, before: Widget | None = None
+    ) -> None:
         """Append a turn (a message sent, a reply that starts). Turns below the window
         are mounted first; turns beyond :attr:`max_mounted` leave the top.
 
@@ -213,14 +215,23 @@ class ConversationView(VerticalScroll):
             widget: the turn.
             message: its raw message, to mount it again once it left the window (a
                 live reply gets it with :meth:`record` when it ends).
+            before: a mounted turn to put it before instead (a steer goes ahead of the
+                messages queued); None appends.
         """
         async with self._changing():
             if self._later:
                 await self._show(self._all_messages(), None, self._versions_label)
             self._versions_label = None
             await self.query(".versions").remove()
-            await self.mount(widget, before=self._bottom)
-            self._records[widget] = message
+            if before is None or before not in self._records:
+                await self.mount(widget, before=self._bottom)
+                self._records[widget] = message
+            else:
+                await self.mount(widget, before=before)
+                records = list(self._records.items())
+                at = next(i for i, (turn, _m) in enumerate(records) if turn is before)
+                records.insert(at, (widget, message))
+                self._records = dict(records)
             await self._evict(top=True, keep=self.max_mounted)
 
     def record(self, widget: Widget, message: ChatMessage | None) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tui_chat.engine.stream import StatsSnapshot
 
 INTERRUPTED_NOTE = "⏹ interrupted"
+STEERED_NOTE = "↪ steered: stopped for your next message"
 EMPTY_NOTE = "∅ empty reply"
 
 
