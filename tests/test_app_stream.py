@@ -355,6 +355,7 @@ async def test_c08_cancel_during_prefill_no_tokens_after_and_next_prompt_answers
         [paced(["never shown", EOG], 0), paced(["second answer", EOG], 0)],
         prefill_s=5.0,
         batch_s=0.05,
+        n_ctx=32768,  # room for the prompt: one over the window asks first (issue 20)
     )
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:

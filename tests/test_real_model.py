@@ -25,6 +25,7 @@ from tui_chat.engine.prompt import glue as glue_part
 from tui_chat.engine.prompt import tokenize_parts
 from tui_chat.engine.stream import StreamStats, run_stream
 from tui_chat.ui.app import make_app
+from tui_chat.ui.screens.dialogs import Confirm
 from tui_chat.ui.widgets.composer import Composer
 
 pytestmark = pytest.mark.real
@@ -261,6 +262,12 @@ async def test_c18_prompt_larger_than_the_window_gets_a_clear_message(gemma_path
         huge = "word " * 400
         app.query_one("#composer", Composer).text = huge
         await pilot.press("enter")
+        # The app asks first (issue 20): it is over the window on its own.
+        await wait_for(lambda: isinstance(app.screen, Confirm), 30)
+        dialog = app.screen
+        assert isinstance(dialog, Confirm)
+        assert "over the 256-token context window" in dialog.question
+        await pilot.press("y")
         await wait_for(lambda: app.last_reply is not None, 60)
         await pilot.pause()
         assert app.last_reply is not None and app.last_reply.reason == "error"

@@ -203,6 +203,9 @@ class LlamaEngine:
         self._fell_back = False
         self._info: ModelInfo | None = None
         self._busy = threading.Lock()
+        # Held while another thread tokenizes (count_tokens) and while close() frees
+        # the model, so a count never reads a freed vocabulary.
+        self._freeing = threading.Lock()
         # The parts and tokens fed for the last turn (prompt + reply), with message
         # boundaries.
         self._splice = Splice()
@@ -454,6 +457,16 @@ class LlamaEngine:
     def bos_token_id(self) -> int | None:
         """The BOS token id the model wants at the start of a prompt, or None."""
         return self._bos
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of ``text`` as the model reads it (plain text, no special tokens), or
+        None before :meth:`load` and after :meth:`close`. Any thread: llama.cpp's
+        tokenizer only reads the vocabulary, so the composer's size hint may count
+        while a reply decodes; :meth:`close` waits for a count in progress before it
+        frees the model."""
+        with self._freeing:
+            vocab = self._prompt_vocab if self._llm is not None else None
+            return None if vocab is None else len(vocab.tokenize(text, False))
 
     @property
     def n_cached_tokens(self) -> int:
@@ -962,9 +975,10 @@ class LlamaEngine:
     def close(self) -> None:
         """Free the model (native memory). Safe to call twice."""
         self._splice = Splice()
-        llm, self._llm = self._llm, None
-        if llm is not None:
-            llm.close()
+        with self._freeing:
+            llm, self._llm = self._llm, None
+            if llm is not None:
+                llm.close()
 
 
 def _tag_tokens(template: ChatTemplate, vocab: LlamaVocab) -> dict[int, bytes]:

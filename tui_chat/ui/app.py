@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -25,10 +25,13 @@ from rich.console import RenderableType
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
+from textual.css.query import NoMatches
 from textual.driver import Driver
+from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer
+from textual.widgets import Footer, Static, TextArea
 
 from tui_chat.config import KEYS, ChatSettings, Config, ConfigError
 from tui_chat.engine.base import ChatMessage, Engine
@@ -38,9 +41,11 @@ from tui_chat.sanitize import sanitize
 from tui_chat.ui import keys
 from tui_chat.ui.conversation_keys import ConversationKeys
 from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal, thinking_clip_of
+from tui_chat.ui.draft_size import DraftSize, measure
 from tui_chat.ui.driver import ChatDriver
 from tui_chat.ui.gc_hold import FullCollectionHold
 from tui_chat.ui.messages import SessionUpdate
+from tui_chat.ui.screens.dialogs import Confirm
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.conversation import MAX_MOUNTED_TURNS, version_label
@@ -68,6 +73,22 @@ this long after the app has mounted."""
 CLOSE_TIMEOUT_S = 0.6
 """At exit, the longest wait for the reply in flight and the history to be saved
 (the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
+
+
+DRAFT_HINT_DEBOUNCE_S = 0.3
+"""Quiet time after the last edit before the composer's draft is measured again."""
+
+
+class DraftMeasured(Message, bubble=False):
+    """The composer's draft, measured on a worker thread (:func:`measure`).
+
+    Attributes:
+        size: the draft's tokens and the context left (a frozen value).
+    """
+
+    def __init__(self, size: DraftSize) -> None:
+        super().__init__()
+        self.size = size
 
 
 class ChatFooter(Footer):
@@ -187,6 +208,8 @@ class ChatApp(ConversationKeys):
         self._status = StatusBar(id="status")
         self._footer = ChatFooter()
         self._gc_hold = FullCollectionHold()
+        self._draft_timer: Timer | None = None
+        self._draft_size: DraftSize | None = None
         """Full garbage collections wait while a reply streams (see gc_hold)."""
         self._engine_started = False
         self.engine_factory: EngineFactory = make_engine
@@ -230,6 +253,7 @@ class ChatApp(ConversationKeys):
             yield Welcome(self._model_name(), None)
         yield self._status
         yield Composer(id="composer")
+        yield Static("", id="composer-hint", markup=False)
         yield self._footer
 
     def get_default_screen(self) -> Screen[object]:
@@ -501,6 +525,65 @@ class ChatApp(ConversationKeys):
             self._gc_hold.collect()
 
     # ------------------------------------------------------------- user input
+    # ----------------------------------------------------------- draft size
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        """The composer's text changed: measure it again once typing pauses."""
+        if event.text_area is not self.composer:
+            return
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_HINT_DEBOUNCE_S, self._measure_draft)
+
+    def _context_window(self) -> int:
+        info = self.session.model_info
+        return info.n_ctx if info is not None else 0
+
+    def _measure_draft(self) -> None:
+        try:  # the timer may fire as the app closes, its widgets gone
+            text = self.composer.text
+            hint = self.query_one("#composer-hint", Static)
+        except NoMatches:
+            return
+        if not text.strip():
+            self._draft_size = None
+            hint.display = False
+            return
+        session = self.session
+        count = getattr(session.engine, "count_tokens", None)
+        self.run_worker(
+            partial(self._post_draft_size, text, session.messages(), self._context_window(), count),
+            thread=True, group="draft-size", exclusive=True, exit_on_error=False,
+            description="count the composer's tokens",
+        )  # fmt: skip
+
+    def _post_draft_size(
+        self,
+        text: str,
+        history: list[ChatMessage],
+        n_ctx: int,
+        count: Callable[[str], int | None] | None,
+    ) -> None:
+        # A worker thread: the model's tokenizer takes a while on a long chat.
+        self.post_message(DraftMeasured(measure(text, history, n_ctx, count)))
+
+    def on_draft_measured(self, message: DraftMeasured) -> None:
+        """Show the draft's size under the composer, if it is still the draft."""
+        if message.size.text != self.composer.text:
+            return
+        self._draft_size = message.size
+        hint = self.query_one("#composer-hint", Static)
+        hint.update(message.size.label())
+        hint.set_class(not message.size.fits, "-over")
+        hint.display = True
+
+    def _size_of(self, text: str) -> DraftSize:
+        """The draft's size: measured, or (not yet measured) estimated at once."""
+        size = self._draft_size
+        if size is not None and size.text == text:
+            return size
+        return measure(text, self.session.messages(), self._context_window())
+
+    # ------------------------------------------------------------- user input
     async def on_composer_sent(self, event: Composer.Sent) -> None:
         text = event.text.strip()
         if not text:
@@ -508,9 +591,44 @@ class ChatApp(ConversationKeys):
         if self.editing:
             self.send_edit(text)
             return
+        size = self._size_of(event.text)
+        if not size.fits:
+            self._ask_send_anyway(event.text, event.steer, size)
+            return
+        await self._send(text, event.steer)
+
+    def _ask_send_anyway(self, draft: str, steer: bool, size: DraftSize) -> None:
+        """The message does not fit what is left of the context window: send it with
+        the oldest turns left out (the engine drops them), or give it back."""
+        mark = "" if size.exact else "~"
+        if size.n_tokens > size.n_ctx:
+            # Leaving turns out cannot help: the model will refuse it (case C18).
+            question = (
+                f"This message alone is {mark}{size.n_tokens:,} tokens, over the "
+                f"{size.n_ctx:,}-token context window: the model cannot take it. Send it "
+                "anyway?"
+            )
+        else:
+            question = (
+                f"This message is {mark}{size.n_tokens:,} tokens; with the chat it is over "
+                f"the {size.n_ctx:,}-token context window by {mark}{-size.n_left:,}. Send "
+                "it anyway, leaving the oldest turns out of the context?"
+            )
+
+        async def answered(send: bool | None) -> None:
+            if send:
+                await self._send(draft.strip(), steer)
+            else:
+                composer = self.composer
+                composer.load_text(draft)
+                composer.move_cursor(composer.document.end)
+
+        self.push_screen(Confirm(question), answered)
+
+    async def _send(self, text: str, steer: bool) -> None:
         session = self.session
         before: UserTurn | None = None
-        if event.steer:
+        if steer:
             # Answered next: stops the reply in flight, goes ahead of the queued ones.
             queued = session.model_info is None
             message_id = session.steer(text)

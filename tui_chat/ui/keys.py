@@ -87,6 +87,7 @@ SECTIONS: tuple[Section, ...] = (
                 "kitty keyboard protocol)"),
         ChatKey("Up / Down", "in an empty composer: your earlier messages (this session's and "
                 "a reopened chat's); Up past the oldest selects the last turn"),
+        ChatKey("@path Tab, Enter", "complete a file's path; put the file in (fenced)"),
         ChatKey("paste", "goes in whole, every line (CRLF and CR become newlines); control "
                 "characters in it (ESC, Ctrl+Q, ...) are shown as inert symbols (␛, ␑) and "
                 "never act as keys"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from textual import events
@@ -11,6 +12,17 @@ from textual.widgets import TextArea
 
 from tui_chat.sanitize import sanitize
 from tui_chat.ui.keys import STEER
+from tui_chat.ui.widgets.attach import (
+    AttachError,
+    common_prefix,
+    complete,
+    fenced_block,
+    path_before_cursor,
+    read_text_file,
+)
+
+MAX_SHOWN_MATCHES = 8
+"""Completions a Tab names in its notice; the rest are counted."""
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter", "ctrl+enter", "shift+\r"})
 """Keys that start a new line instead of sending. Ctrl+J is a line feed in every
@@ -40,6 +52,8 @@ class Composer(TextArea):
     Enter sends (:class:`Composer.Sent`), the steer key (:data:`tui_chat.ui.keys.STEER`,
     Ctrl+S) sends with ``steer`` set; Ctrl+J, Shift+Enter and Alt+Enter start a new
     line (:data:`NEWLINE_KEYS`); a bracketed paste goes in whole (:func:`pasted_text`).
+    After ``@``, Tab completes a path against the current folder and Enter puts that
+    file in as a fenced block (:meth:`action_complete_path`, :meth:`attach_path`).
     In an empty composer Up and Down walk through earlier messages (:meth:`remember`,
     :meth:`set_history`); Up past the oldest posts :class:`Composer.ReachedTop` (the
     app moves the cursor onto the turns). ``?`` in an empty composer shows the keys.
@@ -98,6 +112,8 @@ class Composer(TextArea):
         self._older: list[str] = []  # a loaded conversation's user messages
         self._sent: list[str] = []  # sent in this session
         self._recall: int | None = None  # index into history while walking it
+        self._cycle: list[str] = []  # ``@path`` matches a repeated Tab walks through
+        self._cycle_index = 0
 
     # ---------------------------------------------------------------- history
     @property
@@ -164,10 +180,15 @@ class Composer(TextArea):
         return super().check_action(action, parameters)
 
     async def _on_key(self, event: events.Key) -> None:
-        if event.key == "enter":
+        if event.key == "tab" and self._at_path() is not None:
+            event.stop()
+            event.prevent_default()  # not the focus move Tab makes elsewhere
+            self.action_complete_path()
+        elif event.key == "enter":
             event.stop()
             event.prevent_default()  # TextArea's own handler: no newline
-            self.action_submit()
+            if not self.attach_path():
+                self.action_submit()
         elif event.key == STEER.keys:
             event.stop()
             event.prevent_default()
@@ -193,6 +214,67 @@ class Composer(TextArea):
         start, end = self.selection
         result = self.replace(pasted_text(text), start, end, maintain_selection_offset=False)
         self.move_cursor(result.end_location)
+
+    # ------------------------------------------------------------ @path files
+    def _at_path(self) -> str | None:
+        """The path typed after ``@`` that ends at the cursor, if any."""
+        if self.read_only or self.selection.start != self.selection.end:
+            return None
+        row, column = self.cursor_location
+        return path_before_cursor(self.document.get_line(row)[:column])
+
+    def _replace_before_cursor(self, n_chars: int, text: str) -> None:
+        row, column = self.cursor_location
+        result = self.replace(text, (row, column - n_chars), (row, column))
+        self.move_cursor(result.end_location)
+
+    def action_complete_path(self) -> None:
+        """Tab after ``@``: complete the path against the current folder, to the longest
+        prefix the matches share; when that is all they share, each further Tab puts
+        the next match in (their names are shown once)."""
+        partial = self._at_path()
+        if partial is None:
+            return
+        if self._cycle and partial == self._cycle[self._cycle_index]:
+            self._cycle_index = (self._cycle_index + 1) % len(self._cycle)
+            self._replace_before_cursor(len(partial), self._cycle[self._cycle_index])
+            return
+        self._cycle = []
+        matches = complete(partial, Path.cwd())
+        if not matches:
+            self.notify(f"no file here starts with {sanitize(partial)!r}", markup=False)
+            return
+        prefix = common_prefix(matches)
+        if len(prefix) > len(partial):
+            self._replace_before_cursor(len(partial), prefix)
+            return
+        if len(matches) > 1:
+            self._cycle, self._cycle_index = matches, 0
+            self._replace_before_cursor(len(partial), matches[0])
+            shown = ", ".join(sanitize(m) for m in matches[:MAX_SHOWN_MATCHES])
+            more = len(matches) - MAX_SHOWN_MATCHES
+            tail = f" and {more} more" if more > 0 else ""
+            self.notify(f"Tab for the next: {shown}{tail}", markup=False)
+
+    def attach_path(self) -> bool:
+        """Enter on ``@path`` naming a file or folder: put the file in as a fenced block
+        labelled with its path, or say in one line why not. False (nothing done) when
+        the cursor is not after an ``@path`` that exists, so Enter sends."""
+        partial = self._at_path()
+        if not partial:
+            return False
+        path = Path(partial)
+        if not path.exists():
+            return False
+        self._cycle = []
+        try:
+            text = read_text_file(path)
+        except AttachError as error:
+            self.notify(sanitize(str(error)), severity="warning", markup=False)
+            return True
+        # Like a paste: the file is untrusted text, its control characters inert.
+        self._replace_before_cursor(len(partial) + 1, pasted_text(fenced_block(partial, text)))
+        return True
 
     def action_submit(self, steer: bool = False) -> None:
         """Enter (``steer``: the steer key): take the text, empty the composer, post
