@@ -201,14 +201,21 @@ class PhasedEngine(FakeEngine):
     """
 
     def __init__(
-        self, pieces: list[str], phases: list[tuple[int, float, threading.Event | None]]
+        self,
+        pieces: list[str],
+        phases: list[tuple[int, float, threading.Event | None]],
+        prefill: PrefillDone | None = None,
+        tail: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.pieces = pieces
         self.phases = phases
+        self.prefill = prefill or PrefillDone(n_prompt_tokens=1, n_evaluated=1, prefill_ms=0.0)
+        self.tail = tail  # pieces sent at once after the phases
+        self.n_sent = 0
 
     def _play(self, messages: Any, params: Any, cancel: Any) -> Iterator[Any]:
-        yield PrefillDone(n_prompt_tokens=1, n_evaluated=1, prefill_ms=0.0)
+        yield self.prefill
         i = 0
         prev = time.perf_counter()
         for n_tokens, rate, gate in self.phases:
@@ -225,6 +232,9 @@ class PhasedEngine(FakeEngine):
                 yield TokenPiece(self.pieces[i].encode(), step_ms=(now - prev) * 1000)
                 prev = now
                 i += 1
+                self.n_sent = i
+        for piece in self.tail:
+            yield TokenPiece(piece.encode())
         yield TokenPiece(b"", eog=True)
 
 

@@ -28,10 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.fake_runs import FAST_TOKENS_PER_S, SIZE, build_app, finished, send
+from bench.fake_runs import FAST_TOKENS_PER_S, SIZE, PhasedEngine, build_app, finished, send
 from bench.probe import Recorder, Typist, instrumented, p, wait_until
-from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams, TokenPiece
-from tui_chat.engine.fake import FakeEngine
+from tui_chat.engine.base import CancelToken, ChatMessage, PrefillDone, SamplingParams
 from tui_chat.engine.reasoning import DEFAULT_FORMAT
 from tui_chat.engine.stream import StreamStats, run_stream
 from tui_chat.ui.widgets.composer import Composer
@@ -49,36 +48,16 @@ THINKING_CHATML = (
 reasoning model's template: no small reasoning model is on PyPI)."""
 
 
-class ThinkingEngine(FakeEngine):
-    """Thinking tokens in phases ``(n_tokens, tokens_per_s, gate)`` (as the ``long``
-    group's engine), then ``</think>`` and a short answer."""
-
-    def __init__(self, phases: list[tuple[int, float, threading.Event | None]]) -> None:
-        super().__init__()
-        self.phases = phases
-        self.n_sent = 0
-
-    def _play(self, messages: Any, params: Any, cancel: Any) -> Iterator[Any]:
-        yield PrefillDone(1, 1, 0.0, thinking=DEFAULT_FORMAT, thinking_open=True)
-        prev = time.perf_counter()
-        for n_tokens, rate, gate in self.phases:
-            if gate is not None:
-                gate.wait(120)
-            start = time.perf_counter()
-            for k in range(n_tokens):
-                delay = start + k / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                if cancel.is_set():
-                    return
-                now = time.perf_counter()
-                word = WORDS[self.n_sent % len(WORDS)]
-                yield TokenPiece(f"{word} ".encode(), step_ms=(now - prev) * 1000)
-                prev = now
-                self.n_sent += 1
-        for piece in ("</think>", "\n\n", "The", " answer", " is", " 42."):
-            yield TokenPiece(piece.encode())
-        yield TokenPiece(b"", eog=True)
+def thinking_engine(phases: list[tuple[int, float, threading.Event | None]]) -> PhasedEngine:
+    """The ``long`` group's phased engine, playing thinking words (the prompt opened the
+    thinking), then ``</think>`` and a short answer."""
+    n = sum(n_tokens for n_tokens, _rate, _gate in phases)
+    return PhasedEngine(
+        [f"{WORDS[k % len(WORDS)]} " for k in range(n)],
+        phases,
+        prefill=PrefillDone(1, 1, 0.0, thinking=DEFAULT_FORMAT, thinking_open=True),
+        tail=("</think>", "\n\n", "The", " answer", " is", " 42."),
+    )
 
 
 @contextlib.contextmanager
@@ -112,7 +91,7 @@ async def thinking_run(render_interval_ms: int) -> dict[str, float]:
     ]
     before = {"1k": 800, "45k": 45_000}
     seconds = n_measure / 200.0
-    engine = ThinkingEngine(phases)
+    engine = thinking_engine(phases)
     phrase = "the quick brown fox "
     opened: dict[str, float] = {}
     with instrumented() as rec, thinks_recorded(rec) as calls:
