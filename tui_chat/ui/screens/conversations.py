@@ -41,6 +41,7 @@ from tui_chat.history.storage import StorageThread
 from tui_chat.history.store import ConversationSummary, SearchHit, Store, one_line
 from tui_chat.sanitize import sanitize
 from tui_chat.ui.screens.dialogs import Confirm, TextPrompt
+from tui_chat.ui.widgets.in_order import OrderedInput
 
 PAGE_ROWS = 200
 """Conversations read per query (the next page when the cursor reaches the end)."""
@@ -182,7 +183,7 @@ class ConversationsScreen(Screen[Choice | None]):
 
     def compose(self) -> ComposeResult:
         yield Static("Saved conversations", id="heading", markup=False)
-        yield Input(placeholder="Search every message (/)", id="search")
+        yield OrderedInput(placeholder="Search every message (/)", id="search")
         yield Static("loading…", id="note", markup=False)
         yield OptionList(id="rows")
         yield Footer()

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from tui_chat.ui.widgets.in_order import OrderedInput
+
 
 class TextPrompt(ModalScreen[str | None]):
     """Ask for one line of text (a new title, a file path).
@@ -51,7 +53,7 @@ class TextPrompt(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.question, markup=False)
-            yield Input(self.value, id="answer")
+            yield OrderedInput(self.value, id="answer")
             if self.hint:
                 yield Static(self.hint, markup=False, classes="hint")
 

@@ -28,6 +28,8 @@ from textual.widgets import Input, Select, Static, TextArea
 from tui_chat.config import ChatSettings, check_setting
 from tui_chat.engine.base import SamplingParams
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.graphemes import GraphemeCursor
+from tui_chat.ui.widgets.in_order import BindingsInOrder, OrderedInput
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ NUMBER_CHARS = r"[-+0-9.eE]*"
 anything else, control characters included, is refused whole."""
 
 
-class PromptArea(TextArea):
+class PromptArea(GraphemeCursor, BindingsInOrder, TextArea):
     """The system prompt editor; a paste is made inert like any text we did not write
     (control and escape characters become visible symbols: replay case C33).
 
@@ -189,7 +191,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             with Grid(id="sampling"):
                 for f in FIELDS:
                     yield Static(f.label, classes="label", markup=False)
-                    yield Input(
+                    yield OrderedInput(
                         self._text_of(self._current.sampling, f),
                         id=f"field-{f.key}",
                         compact=True,

@@ -11,6 +11,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.graphemes import GraphemeCursor
 from tui_chat.ui.keys import STEER
 from tui_chat.ui.widgets.attach import (
     AttachError,
@@ -20,6 +21,7 @@ from tui_chat.ui.widgets.attach import (
     path_before_cursor,
     read_text_file,
 )
+from tui_chat.ui.widgets.in_order import BindingsInOrder
 
 MAX_SHOWN_MATCHES = 8
 """Completions a Tab names in its notice; the rest are counted."""
@@ -46,7 +48,7 @@ def pasted_text(text: str) -> str:
     return sanitize(text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
-class Composer(TextArea):
+class Composer(GraphemeCursor, BindingsInOrder, TextArea):
     """The message box: grows to a few lines, then scrolls.
 
     Enter sends (:class:`Composer.Sent`), the steer key (:data:`tui_chat.ui.keys.STEER`,
