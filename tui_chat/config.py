@@ -95,6 +95,9 @@ class Config:
             terminal (:mod:`tui_chat.ui.notify`); never with ``-p``.
         notify_after_s: the shortest reply, in seconds from its start (the prefill) to
             its end, that :attr:`notify` tells about.
+        escape_delay_ms: how long an ESC waits for the key it may start (Alt+Enter is
+            ESC then CR), in ms; None: 300 over ssh, else 100
+            (:func:`tui_chat.ui.driver.escape_delay_s`).
         trace: JSON-lines timeline file (``--trace``), or None.
         history: save conversations to the history database.
         resume: reopen a saved conversation: True for the newest (``--resume``), a
@@ -126,6 +129,7 @@ class Config:
     show_thinking: bool = False
     notify: bool = True
     notify_after_s: float = 5.0
+    escape_delay_ms: int | None = None
     trace: Path | None = None
     history: bool = True
     resume: bool | int = False
@@ -419,6 +423,10 @@ KEYS: dict[str, Key] = {
             "or more ends while the terminal is not focused", None, from_text=_bool_text),
         Key("notify_after_s", _float_in(0, 86_400, " (s)"), "the shortest reply (seconds, "
             "from its start, the prefill, to its end) that notify tells about", None,
+            from_text=_number_text),
+        Key("escape_delay_ms", _int_in(1, 5000, " (ms)"), "how long Esc waits for a key "
+            "it may start (Alt+Enter arrives as ESC, then CR), in ms (default: 300 over ssh, "
+            "where the two can come a round trip apart; else 100)", None,
             from_text=_number_text),
         Key("history", _bool, "save conversations (false: like --no-history)", "--no-history",
             from_text=_bool_text, switch=False),

@@ -33,8 +33,9 @@ def tmux_pane(tmp_path: Path) -> Iterator[Callable[..., TmuxPane]]:
         width: int = 80,
         height: int = 24,
         wrap: bool = True,
+        extended_keys: bool = True,
     ) -> TmuxPane:
-        pane = TmuxPane(tmp_path, width, height)
+        pane = TmuxPane(tmp_path, width, height, extended_keys)
         panes.append(pane)
         pane.start(argv, env, wrap=wrap)
         return pane

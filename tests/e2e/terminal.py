@@ -99,15 +99,20 @@ class TmuxPane:
         height: rows (the status line is off, so the pane has all of them).
     """
 
-    def __init__(self, tmp_dir: Path, width: int = 80, height: int = 24) -> None:
+    def __init__(
+        self, tmp_dir: Path, width: int = 80, height: int = 24, extended_keys: bool = True
+    ) -> None:
         self.socket = f"tuichat-test-{os.getpid()}-{next(_sockets)}"
         self.width = width
         self.height = height
         self._conf = tmp_dir / f"{self.socket}.conf"
         # set-clipboard on: an OSC 52 write lands in a tmux paste buffer,
         # so a test can see whether anything wrote the clipboard (case C22).
+        # extended-keys on: the app's start-up hint about Shift+Enter stays away, unless
+        # a test asks for tmux's default (off).
         self._conf.write_text(
             "set -g status off\nset -g set-clipboard on\nset -g history-limit 5000\n"
+            f"set -s extended-keys {'on' if extended_keys else 'off'}\n"
         )
         self._server_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

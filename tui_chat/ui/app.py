@@ -308,6 +308,13 @@ class ChatApp(ConversationKeys):
         # one refresh after the rest), which the user sees at once and whose composer
         # takes keys already (issue 16). The timer is a backstop.
         self.set_timer(ENGINE_START_BACKSTOP_S, self._start_engine)
+        if os.environ.get("TMUX") and isinstance(self._driver, ChatDriver):
+            self.run_worker(
+                self._hint_tmux_keys(),
+                group="tmux-keys",
+                exit_on_error=False,
+                description="ask tmux whether it sends Shift+Enter",
+            )
 
     def _display(self, screen: Screen[object], renderable: RenderableType | None) -> None:
         """Textual's: write a frame to the driver. The first frame that shows the
@@ -981,6 +988,16 @@ class ChatApp(ConversationKeys):
             exit_on_error=False,
             description="ask tmux whether the copy gets out",
         )
+
+    async def _hint_tmux_keys(self) -> None:
+        """Inside tmux without extended keys, say once how to get Shift+Enter
+        (:func:`tui_chat.ui.clipboard.tmux_extended_keys_hint` asks tmux, off the event
+        loop)."""
+        from tui_chat.ui.clipboard import tmux_extended_keys_hint
+
+        hint = await asyncio.to_thread(tmux_extended_keys_hint, dict(os.environ))
+        if hint is not None:
+            self.notice(hint)
 
     async def _notice_copy_in_tmux(self, clip: Clip) -> None:
         """Inside tmux: the copy's notice, or why tmux kept it and how to let it out

@@ -135,11 +135,32 @@ def tmux_drops_copy(env: Mapping[str, str]) -> str | None:
     )
 
 
-def _tmux_option(name: str, env: Mapping[str, str]) -> str | None:
-    """The global value of tmux option ``name``, or None (no such option, no tmux)."""
+def tmux_extended_keys_hint(env: Mapping[str, str]) -> str | None:
+    """Inside tmux (``$TMUX`` set) with ``extended-keys`` off, how to get Shift+Enter;
+    None otherwise (outside tmux, extended keys on, or tmux cannot be asked).
+
+    Without extended keys tmux sends Shift+Enter to the app as a plain CR, which sends
+    the message. ``extended-keys`` is a server option of tmux 3.2 and later. Asks the
+    tmux server with ``tmux show-options -sv`` (a subprocess: call it off the event
+    loop).
+    """
+    if not env.get("TMUX"):
+        return None
+    if _tmux_option("extended-keys", env, scope="-sv") != "off":
+        return None
+    return (
+        "tmux's extended-keys is off, so Shift+Enter arrives as Enter: 'set -s"
+        " extended-keys on' in ~/.tmux.conf lets it through where the terminal outside"
+        " reports it; Ctrl+J always starts a new line"
+    )
+
+
+def _tmux_option(name: str, env: Mapping[str, str], scope: str = "-gv") -> str | None:
+    """The value of tmux option ``name`` (``scope``: ``-gv`` global session and window
+    options, ``-sv`` server options), or None (no such option, no tmux)."""
     try:
         done = subprocess.run(
-            ["tmux", "show-options", "-gv", name],
+            ["tmux", "show-options", scope, name],
             env=dict(env),
             capture_output=True,
             text=True,

@@ -20,12 +20,15 @@ The same parser reports ESC CR as ``alt+enter``: Textual drops the Alt of Alt+En
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import queue
 import selectors
+import termios
 import time
 from codecs import getincrementaldecoder
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from textual import constants, events
@@ -54,17 +57,26 @@ class PasteSafeParser(XTermParser):
     end marker is then fed to Textual's parser so that it leaves its own paste state;
     the empty paste it reports for it is dropped.
 
-    An ESC followed at once by CR (Alt+Enter in most terminals) is reported as
-    ``alt+enter``; an ESC alone is still the Escape key after Textual's
-    ``ESCAPE_DELAY`` (100 ms by default, ``ESCDELAY`` in ms).
+    An ESC followed by CR within ``escape_delay`` (Alt+Enter in most terminals) is
+    reported as ``alt+enter``; an ESC alone is the Escape key once ``escape_delay`` has
+    passed with nothing after it (:func:`escape_delay_s`).
 
     Args:
         debug: write every character and token to ``keys.log`` (Textual's own debug
             log).
+        escape_delay: how long an ESC waits for the key it may start, in seconds.
+
+    Attributes:
+        bracketed_seen: a bracketed paste has arrived: the terminal brackets its
+            pastes, so a burst of plain text is typing, never a paste
+            (:func:`looks_pasted`).
     """
 
-    def __init__(self, debug: bool = False) -> None:
+    def __init__(self, debug: bool = False, escape_delay: float | None = None) -> None:
         super().__init__(debug)
+        self.escape_delay = constants.ESCAPE_DELAY if escape_delay is None else escape_delay
+        self.bracketed_seen = False
+        self.synthetic_paste = False  # the driver is feeding a paste it detected
 
     def parse(self, token_callback: TokenCallback[Message]) -> Generator[Read1 | Peek1, str, None]:
         def textual_token(token: Message) -> None:
@@ -88,7 +100,7 @@ class PasteSafeParser(XTermParser):
             return True
 
         while True:
-            request = self.read1(constants.ESCAPE_DELAY) if held_escape else awaiting
+            request = self.read1(self.escape_delay) if held_escape else awaiting
             try:
                 character = yield request
             except ParseTimeout:
@@ -126,6 +138,8 @@ class PasteSafeParser(XTermParser):
                 return
             if recent != PASTE_START:
                 continue
+            if not self.synthetic_paste:
+                self.bracketed_seen = True
 
             pasted: list[str] = []
             while not (pasted and pasted[-1] == "~" and "".join(pasted[-6:]) == PASTE_END):
@@ -137,6 +151,60 @@ class PasteSafeParser(XTermParser):
             if not give(PASTE_END):
                 return
             token_callback(events.Paste("".join(pasted[: -len(PASTE_END)])))
+
+
+SSH_ESCAPE_DELAY_MS = 300
+"""How long an ESC waits for the key it may start over ssh (ms): a split Alt+Enter
+(ESC, a pause, CR: pi PR 7899) arrives up to a round trip apart. A lone Escape then
+takes this long to act; local terminals keep Textual's 100 ms."""
+
+
+def escape_delay_s(configured_ms: int | None, environ: Mapping[str, str]) -> float:
+    """How long an ESC waits for the key it may start (seconds): the config key
+    ``escape_delay_ms`` when set; else :data:`SSH_ESCAPE_DELAY_MS` inside an ssh
+    session (``SSH_CONNECTION`` or ``SSH_TTY`` set) unless ``ESCDELAY`` (ms, the
+    curses and Textual variable) says otherwise; else Textual's ``ESCAPE_DELAY``."""
+    if configured_ms is not None:
+        return configured_ms / 1000
+    if "ESCDELAY" not in environ and (environ.get("SSH_CONNECTION") or environ.get("SSH_TTY")):
+        return SSH_ESCAPE_DELAY_MS / 1000
+    return constants.ESCAPE_DELAY
+
+
+PASTE_BURST_MIN_CHARS = 16
+"""The shortest burst of plain text taken for an unbracketed paste (characters)."""
+PASTE_BURST_GAP_S = 0.05
+"""Reads that follow a detected paste within this gap belong to it (seconds): a long
+paste comes in several reads."""
+_LINE_BREAKS = frozenset("\r\n")
+
+
+def looks_pasted(text: str) -> bool:
+    """Whether one read from the terminal is a paste the terminal did not bracket.
+
+    A person's keys, even over a lagging link, rarely come as one read of
+    :data:`PASTE_BURST_MIN_CHARS` or more plain characters with a line break inside
+    (text after it). That is what a terminal or multiplexer without bracketed paste
+    delivers for a multi-line paste, and reading its line breaks as Enter sent each
+    line as a message (deepagents PR 3856; pi PR 1526 uses the same kind of rule).
+    Only tab, CR and LF may be among the characters: an escape sequence means keys.
+    """
+    if len(text) < PASTE_BURST_MIN_CHARS:
+        return False
+    if any(c < " " and c not in "\t\r\n" or c == "\x7f" for c in text):
+        return False
+    body = text.rstrip("\r\n")
+    return any(c in _LINE_BREAKS for c in body)
+
+
+def pending_input_bytes(fd: int) -> int:
+    """Bytes waiting to be read from terminal ``fd`` (``FIONREAD``); 0 if unknown."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 WRITER_STOP_TIMEOUT_S = 0.3
@@ -249,6 +317,9 @@ class ChatDriver(LinuxDriver):
         self.multiplexer: Multiplexer = detect_multiplexer(os.environ)
         self._suspended = False
         self._hung_up = False
+        self._typed_before = 0
+        config = getattr(app, "config", None)
+        self.escape_delay = escape_delay_s(getattr(config, "escape_delay_ms", None), os.environ)
 
     # Textual's start_application_mode builds a plain WriterThread; this property puts a
     # BoundedWriter in its place before it is started.
@@ -276,6 +347,9 @@ class ChatDriver(LinuxDriver):
 
     def start_application_mode(self) -> None:
         note("screen", "1")
+        # Still in line mode: what is waiting are whole lines typed since launch, each
+        # Enter already made a line feed (run_input_thread reads them back as Enter).
+        self._typed_before = pending_input_bytes(self.fileno)
         super().start_application_mode()
 
     def stop_application_mode(self) -> None:
@@ -309,14 +383,40 @@ class ChatDriver(LinuxDriver):
         a busy loop, and the kernel's SIGCONT after a hang-up made Textual start a
         second input thread that could miss the stop request, so the process never
         exited (case C24: 1 run in 4).
+
+        Two kinds of input are read differently (issue 20, keys over ssh):
+
+        - Keys typed while the app started, before the terminal left its line mode:
+          the terminal turned their Enter into a line feed (``ICRNL``), which is
+          Ctrl+J, a new line. The lines waiting when the app took the terminal
+          (:func:`pending_input_bytes`, read by :meth:`start_application_mode`) get
+          their line feeds read as Enter, so a message typed during start-up is sent
+          by its Enter.
+        - A read that :func:`looks_pasted`, on a terminal that has not bracketed a
+          paste yet, is fed to the parser as a bracketed paste, with the reads that
+          follow it within :data:`PASTE_BURST_GAP_S`: it goes into the composer whole.
         """
-        parser = PasteSafeParser(self._debug)
+        parser = PasteSafeParser(self._debug, self.escape_delay)
         decode = getincrementaldecoder("utf-8")(errors="replace").decode
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
+        typed_before, self._typed_before = self._typed_before, 0
+        paste_until: float | None = None  # a detected paste is open until then
+
+        def feed(text: str) -> None:
+            for message in parser.feed(text):
+                self.process_message(message)
+
+        def end_paste() -> None:
+            nonlocal paste_until
+            paste_until = None
+            feed(PASTE_END)
+            parser.synthetic_paste = False
+
         try:
             while not self.exit_event.is_set():
-                for _key, mask in selector.select(0.1):
+                wait = 0.1 if paste_until is None else max(0.0, paste_until - time.monotonic())
+                for _key, mask in selector.select(min(wait, 0.1)):
                     if not mask & selectors.EVENT_READ:
                         continue
                     try:
@@ -327,11 +427,30 @@ class ChatDriver(LinuxDriver):
                     if not data:
                         self._hung_up = True
                         return  # end of file: nothing more will come
+                    startup = typed_before > 0
+                    if startup:
+                        head, data = data[:typed_before], data[typed_before:]
+                        typed_before -= len(head)
+                        data = head.replace(b"\n", b"\r") + data
                     # A character cut between two reads decodes to "" until its end
                     # comes; feeding "" would tell the parser the input has ended.
                     text = decode(data)
-                    for message in parser.feed(text) if text else ():
-                        self.process_message(message)
+                    if not text:
+                        continue
+                    if paste_until is not None:
+                        if ESC not in text:
+                            paste_until = time.monotonic() + PASTE_BURST_GAP_S
+                            feed(text)
+                            continue
+                        end_paste()
+                    elif not startup and not parser.bracketed_seen and looks_pasted(text):
+                        parser.synthetic_paste = True
+                        paste_until = time.monotonic() + PASTE_BURST_GAP_S
+                        feed(PASTE_START + text)
+                        continue
+                    feed(text)
+                if paste_until is not None and time.monotonic() >= paste_until:
+                    end_paste()
                 for message in parser.tick():
                     self.process_message(message)
         finally:

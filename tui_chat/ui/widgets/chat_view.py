@@ -240,9 +240,13 @@ class ChatView(ConversationView):
         self.post_message(self.PastedAway(event.text))
 
     async def _on_key(self, event: events.Key) -> None:
-        if event.key in _BOUND_KEYS:
+        # With no turn selected a turn's keys (Enter, c, 1-9: copy it) mean nothing
+        # here; they are the composer's. Keys typed while the app starts come here,
+        # before the composer has the focus: a message typed then is sent by its Enter.
+        turn_key = event.key in _TURN_KEYS and self.selected is not None
+        if event.key in _BOUND_KEYS and (turn_key or event.key not in _TURN_KEYS):
             return  # the bindings above take it
-        if event.is_printable or event.key in _FORWARDED_KEYS:
+        if event.is_printable or event.key in _FORWARDED_KEYS or event.key in _TURN_KEYS:
             event.stop()
             event.prevent_default()
             self.post_message(self.TypedAway(event.key, event.character))
@@ -254,4 +258,11 @@ _BOUND_KEYS = frozenset(
     if isinstance(binding, Binding)
     for key in binding.key.split(",")
 )
-_FORWARDED_KEYS = NEWLINE_KEYS | {"backspace", keys.STEER.keys}
+_FORWARDED_KEYS = NEWLINE_KEYS | {"backspace", "enter", keys.STEER.keys}
+_TURN_KEYS = frozenset(
+    key.strip()
+    for binding in ChatView.BINDINGS
+    if isinstance(binding, Binding) and binding.action.startswith("copy")
+    for key in binding.key.split(",")
+)
+"""Keys that act on the selected turn (copy it, or a code block of it)."""
