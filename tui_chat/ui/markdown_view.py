@@ -127,7 +127,9 @@ class MarkdownView(Widget):
         selection = self.text_selection
         if selection is not None and (span := selection.get_span(y)) is not None:
             style = self.screen.get_component_rich_style("screen--selection")
-            strip = highlight_span(strip, span[0], span[1], style)
+            # The pieces split off a segment carry their own offsets: the pointer's next
+            # move reads the character under it from this highlighted line.
+            strip = highlight_span(strip, span[0], span[1], style).apply_offsets(0, y)
         return strip
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:

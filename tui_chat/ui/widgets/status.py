@@ -116,7 +116,9 @@ class StatusBar(Widget):
         conversation_id: int | None = None,
     ) -> None:
         """Show the state, the numbers, GPU offload, a stall and the model name
-        (sanitized: a GGUF's name is untrusted).
+        (sanitized: a GGUF's name is untrusted; a tab in it shown as one space, so that
+        the line is measured, shown and copied by mouse as the same characters: Textual
+        issue 6454 reads a selection off the text with its tabs).
 
         While a model loads, the part loaded and the time left follow the state
         (``loading │ 42% · 12.3 s left``). While a prefill of several batches runs,
@@ -180,7 +182,7 @@ class StatusBar(Widget):
                 f"⚠ stall: step {stall.step_ms:.0f} ms, median {stall.median_ms:.0f} ms",
                 f"⚠ stall {stall.step_ms:.0f} ms",
             )
-        parts["name"] = _Part(sanitize(model_name), "")
+        parts["name"] = _Part(sanitize(model_name).replace("\t", " "), "")
         self._parts = parts
         self.text = self._fit(self.content_size.width)
         self.set_class(stall is not None, "-stall")

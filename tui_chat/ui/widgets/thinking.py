@@ -232,7 +232,8 @@ class ThinkingBlock(Vertical):
             return " · ".join(parts)
         mark = "▾ " if self._expanded else "▸ "
         if self._note is not None:
-            return mark + sanitize(self._note)
+            # A tab as one space: selected and copied as shown (Textual issue 6454).
+            return mark + sanitize(self._note).replace("\t", " ")
         if self._n_tokens:
             took = f"thought for {seconds}" if seconds else "thought"
             return f"{mark}{took} · {_count(self._n_tokens, 'token')}{self._suffix}"

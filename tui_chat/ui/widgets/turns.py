@@ -30,6 +30,23 @@ EMPTY_NOTE = "∅ empty reply"
 USER_LABEL = "you"
 QUEUED_LABEL = "you · queued"
 
+TAB_SIZE = 8
+"""Cells from one tab stop to the next: where Textual 8.2.8 draws a widget's tabs
+(``Content.render_strips``), as Rich draws a reply's (``Text.tab_size``)."""
+
+
+def shown_text(text: str) -> str:
+    """``text`` as a plain-text widget shows it: sanitized, and each tab expanded to
+    spaces up to the next tab stop (:data:`TAB_SIZE`), as Textual would draw it.
+
+    Textual's mouse selection takes its offsets from the line as drawn (a tab as
+    spaces) but reads them off the text with its tabs, so what was copied was shifted
+    from what was selected (Textual issue 6454). A widget given the text with its tabs
+    already spaces shows, selects and copies the same characters. Keep the raw text
+    beside it for a copy of the whole (:func:`tui_chat.ui.copying.clip_of` keeps tabs).
+    """
+    return sanitize(text).expandtabs(TAB_SIZE)
+
 
 def role_label(text: str) -> Content:
     """A turn's label (its border title): sanitized, never markup (a model's name comes
@@ -38,19 +55,20 @@ def role_label(text: str) -> Content:
 
 
 class UserTurn(Static):
-    """The user's message, shown verbatim (``markup=False``, sanitized), labelled
-    "you" ("you · queued" while it waits behind a reply).
+    """The user's message, shown verbatim (``markup=False``, sanitized, its tabs as the
+    spaces they are drawn as: :func:`shown_text`, Textual issue 6454), labelled "you"
+    ("you · queued" while it waits behind a reply).
 
     Args:
         text: the message.
         queued: the message waits behind a reply (class ``-queued``).
 
     Attributes:
-        source: the message as the user wrote it.
+        source: the message as the user wrote it (tabs kept).
     """
 
     def __init__(self, text: str, queued: bool = False) -> None:
-        super().__init__(sanitize(text), markup=False, classes="turn user")
+        super().__init__(shown_text(text), markup=False, classes="turn user")
         self.source = text
         self.queued = queued
 
@@ -86,7 +104,8 @@ class AssistantTurn(Vertical):
 
     Args:
         final_text: build an already finished turn (a reloaded conversation).
-        note: a line under a finished turn ("interrupted").
+        note: a line under a finished turn ("interrupted"; shown as
+            :func:`shown_text`).
         label: its label, the model's name (sanitized here).
         reasoning: a finished turn's thinking (raw text; "" for none).
         show_thinking: thinking blocks are expanded (Ctrl+T).
@@ -142,7 +161,7 @@ class AssistantTurn(Vertical):
             return
         yield markdown().MarkdownView(self.final_text or "", classes="final")
         if self._note:
-            yield Static(self._note, markup=False, classes="note")
+            yield Static(shown_text(self._note), markup=False, classes="note")
 
     def think(self, text: str) -> None:
         """Append thinking ``text`` (raw model text) to the thinking block, mounted
@@ -215,5 +234,6 @@ class AssistantTurn(Vertical):
                 self._thinking = None
                 await block.remove()
         if note:
-            await self.mount(Static(note, markup=False, classes="note"))
+            # An error's note holds a server's text, tabs and all (Textual issue 6454).
+            await self.mount(Static(shown_text(note), markup=False, classes="note"))
         self.final_text = final_text

@@ -6,11 +6,15 @@ from textual.widgets import Static
 
 from tui_chat.engine.base import ModelInfo
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.widgets.turns import TAB_SIZE
 
 
 def welcome_text(model_name: str, info: ModelInfo | None) -> str:
     """What the empty chat says: the model (loading, or loaded with its context window)
-    and the first keys. ``model_name`` is untrusted (a GGUF's name): it is sanitized."""
+    and the first keys. ``model_name`` is untrusted (a GGUF's name): it is sanitized,
+    and a tab in it is given as the spaces it is drawn as, so that a mouse selection
+    copies what is shown (Textual issue 6454: see
+    :func:`~tui_chat.ui.widgets.turns.shown_text`)."""
     name = sanitize(model_name)
     if info is None:
         model = f"Loading {name} …"
@@ -20,7 +24,7 @@ def welcome_text(model_name: str, info: ModelInfo | None) -> str:
     return (
         f"{model}\n\nType a message and press Enter to send it; Ctrl+J starts a new line.\n"
         "F1 (or ? here) shows the keys, Ctrl+P the commands, Ctrl+Q quits."
-    )
+    ).expandtabs(TAB_SIZE)
 
 
 class Welcome(Static):
