@@ -131,7 +131,8 @@ async def test_enter_on_at_path_inserts_a_fenced_block(folder: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         await pilot.press(*"review @notes.md", "enter")
-        assert composer(app).text == "review ````notes.md\n# Notes\n```py\nx = 1\n```\n````\n"
+        # On a line of its own: a fence after other text would open no code block.
+        assert composer(app).text == "review \n````notes.md\n# Notes\n```py\nx = 1\n```\n````\n"
         assert app.session.messages() == []  # put in, not sent
         await pilot.press("enter")
         await finished(app, 1)

@@ -166,7 +166,8 @@ SECTIONS: tuple[Section, ...] = (
                 priority=True),
     )),
     Section("Mouse", (
-        ChatKey("drag", "select text anywhere in the chat; Ctrl+C copies exactly what is shown (tabs as the spaces drawn)"),
+        ChatKey("drag", "select text anywhere in the chat; Ctrl+C copies exactly what is "
+                "shown (tabs as the spaces drawn)"),
         ChatKey("wheel", "scroll"),
     )),
 )  # fmt: skip

@@ -274,8 +274,14 @@ class Composer(GraphemeCursor, BindingsInOrder, TextArea):
         except AttachError as error:
             self.notify(sanitize(str(error)), severity="warning", markup=False)
             return True
-        # Like a paste: the file is untrusted text, its control characters inert.
-        self._replace_before_cursor(len(partial) + 1, pasted_text(fenced_block(partial, text)))
+        # Like a paste: the file is untrusted text, its control characters inert. A fence
+        # opens a code block only at the start of a line: after other text it starts one.
+        row, column = self.cursor_location
+        before = self.document.get_line(row)[: column - len(partial) - 1]
+        block = fenced_block(partial, text)
+        self._replace_before_cursor(
+            len(partial) + 1, pasted_text(("\n" if before.strip() else "") + block)
+        )
         return True
 
     def action_submit(self, steer: bool = False) -> None:
