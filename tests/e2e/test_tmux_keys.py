@@ -125,10 +125,12 @@ def test_a_split_alt_enter_over_ssh_starts_a_line_and_leaves_the_reply_alone(
     pane.send_keys("Escape")
     time.sleep(0.15)  # a round trip between ESC and CR
     pane.send_keys("Enter")
-    time.sleep(0.6)  # longer than any escape delay: an Escape would have acted
-    screen = pane.capture()
+    # Alt+Enter gives the draft a new line; an Escape would have stopped the reply and
+    # the Enter sent the draft (the composer emptied), so this wait would time out.
+    screen = pane.wait_for(
+        lambda s: composer_rows(s)[:2] == ["draft", ""], "a new line in the draft", 5
+    )
     assert app_state(screen) == "generating", f"the reply was stopped:\n{screen}"
-    assert composer_rows(screen)[:2] == ["draft", ""], f"no new line in the draft:\n{screen}"
     assert saved_user_messages() == ["question"], "the draft was not sent"
     pane.send_keys("C-q")
     assert pane.wait_exit() == 0
