@@ -158,6 +158,23 @@ async def test_size_hint_shows_tokens_and_context_left(folder: Path) -> None:
         assert "of 4,096 left" in screen_text(app)
 
 
+async def test_a_count_that_comes_back_after_the_composer_is_gone_is_dropped(
+    folder: Path,
+) -> None:
+    # The count is made on a worker thread; CI once saw it arrive as the app closed,
+    # the composer already gone, and the handler raised NoMatches.
+    from tui_chat.ui.app import DraftMeasured
+
+    app = make_app(fake_config(), one_reply(n_ctx=4096))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await composer(app).remove()
+        app.post_message(DraftMeasured(measure("late", [], 4096)))
+        await pilot.pause()
+        await pilot.pause()
+        assert app.is_running and app.return_code is None
+
+
 async def test_message_over_the_context_is_refused_then_sent_anyway(folder: Path) -> None:
     app = make_app(fake_config(), one_reply(n_ctx=16))
     async with app.run_test(size=SIZE) as pilot:

@@ -574,11 +574,18 @@ class ChatApp(ConversationKeys):
         self.post_message(DraftMeasured(measure(text, history, n_ctx, count)))
 
     def on_draft_measured(self, message: DraftMeasured) -> None:
-        """Show the draft's size under the composer, if it is still the draft."""
-        if message.size.text != self.composer.text:
+        """Show the draft's size under the composer, if it is still the draft.
+
+        The count comes from a worker thread, so it may arrive as the app closes, its
+        widgets already gone: then it is dropped (it raised NoMatches once in CI)."""
+        try:
+            text = self.composer.text
+            hint = self.query_one("#composer-hint", Static)
+        except NoMatches:
+            return
+        if message.size.text != text:
             return
         self._draft_size = message.size
-        hint = self.query_one("#composer-hint", Static)
         hint.update(message.size.label())
         hint.set_class(not message.size.fits, "-over")
         hint.display = True
