@@ -24,11 +24,14 @@ from tui_chat.ui.screens.dialogs import Confirm
 from tui_chat.ui.widgets.attach import (
     MAX_FILE_BYTES,
     AttachError,
+    at_paths,
     complete,
     fence_for,
     fenced_block,
     path_before_cursor,
+    put_in,
     read_text_file,
+    resolve,
 )
 from tui_chat.ui.widgets.composer import Composer
 
@@ -95,6 +98,32 @@ def test_read_text_file_refuses_with_one_line(folder: Path) -> None:
         read_text_file(Path("big.txt"))
 
 
+def test_at_paths_outside_fences_and_mail_addresses() -> None:
+    draft = "see @a.py, mail me@b.c\n````x.py\n@decorator\n```\n@still.in\n````\n@b.py"
+    found = [(at.start, at.token) for at in at_paths(draft)]
+    assert found == [(4, "a.py,"), (len(draft) - 5, "b.py")]
+
+
+def test_resolve_reads_what_exists_and_refuses_in_one_line(folder: Path) -> None:
+    found = resolve(at_paths("@main.py. @nothing @blob.bin @src"), folder)
+    assert [(item.path, item.text, item.refused) for item in found] == [
+        ("main.py", "print('hi')\n", None),
+        ("blob.bin", None, "blob.bin is a binary file (it holds NUL bytes)"),
+        ("src", None, "src is a folder, not a file"),
+    ]
+
+
+def test_put_in_gives_each_file_lines_of_its_own(folder: Path) -> None:
+    def put(draft: str) -> str:
+        return put_in(draft, resolve(at_paths(draft), folder))
+
+    block = "```main.py\nprint('hi')\n```\n"
+    assert put("review @main.py please") == f"review \n{block}please"
+    assert put("@main.py\nand this") == f"{block}and this"
+    assert put("@main.py @main.py") == block + block
+    assert put("keep @blob.bin as typed") == "keep @blob.bin as typed"
+
+
 def test_measure_estimates_and_counts() -> None:
     size = measure("x" * 40, [{"role": "user", "content": "y" * 8}], 100)
     assert (size.n_tokens, size.exact) == (10, False)
@@ -132,7 +161,8 @@ async def test_enter_on_at_path_inserts_a_fenced_block(folder: Path) -> None:
         await ready(app)
         await pilot.press(*"review @notes.md", "enter")
         # On a line of its own: a fence after other text would open no code block.
-        assert composer(app).text == "review \n````notes.md\n# Notes\n```py\nx = 1\n```\n````\n"
+        block = "````notes.md\n# Notes\n```py\nx = 1\n```\n````\n"
+        await wait_for(lambda: composer(app).text == f"review \n{block}")
         assert app.session.messages() == []  # put in, not sent
         await pilot.press("enter")
         await finished(app, 1)
@@ -144,9 +174,41 @@ async def test_binary_file_gets_one_line_and_nothing_inserted(folder: Path) -> N
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         await pilot.press(*"@blob.bin", "enter")
+        await wait_for(lambda: any("binary file" in line for line in notices(app)))
         assert composer(app).text == "@blob.bin"
         assert app.session.messages() == []
-        await wait_for(lambda: any("binary file" in line for line in notices(app)))
+        await pilot.press("enter")  # said once: now it goes as typed
+        await finished(app, 1)
+        assert app.session.messages()[0]["content"] == "@blob.bin"
+
+
+async def test_at_paths_anywhere_in_a_draft_go_in_before_it_is_sent(folder: Path) -> None:
+    app = make_app(fake_config(), one_reply())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await pilot.press(*"compare @main.py with @src/module_a.py please")
+        composer(app).move_cursor((0, 3))  # the cursor is not after either path
+        await pilot.press("enter")
+        main, module = "```main.py\nprint('hi')\n```\n", "```src/module_a.py\na = 1\n```\n"
+        want = f"compare \n{main}with \n{module}please"
+        await wait_for(lambda: composer(app).text == want)
+        assert app.session.messages() == []
+        assert any("put in main.py, src/module_a.py" in line for line in notices(app))
+        await pilot.press("enter")
+        await finished(app, 1)
+        assert app.session.messages()[0]["content"] == want
+
+
+async def test_an_at_name_that_is_no_file_is_sent_and_keys_typed_after_enter_stay(
+    folder: Path,
+) -> None:
+    app = make_app(fake_config(), one_reply())
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        await pilot.press(*"ping @alice", "enter", *"next")
+        await finished(app, 1)
+        assert app.session.messages()[0]["content"] == "ping @alice"
+        await wait_for(lambda: composer(app).text == "next")
 
 
 async def test_size_hint_shows_tokens_and_context_left(folder: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_FILE_BYTES = 256 * 1024
@@ -111,3 +112,111 @@ def fenced_block(label: str, text: str) -> str:
     fence = fence_for(text)
     body = text if text.endswith("\n") or not text else text + "\n"
     return f"{fence}{label}\n{body}{fence}\n"
+
+
+# ------------------------------------------------------------- at send time
+_AT_TOKEN = re.compile(r"(?:^|(?<=\s))@(\S+)")
+"""An ``@path`` anywhere in a draft: ``@`` at the start or after white space."""
+
+_TRAILING_PUNCTUATION = ".,;:!?)]}>\"'"
+"""Characters a sentence puts after a path (``see @main.py, then``); tried without."""
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+@dataclass(frozen=True)
+class AtPath:
+    """An ``@path`` in a draft.
+
+    Attributes:
+        start: offset of the ``@`` in the draft (characters).
+        token: what follows the ``@`` up to the next white space.
+    """
+
+    start: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An :class:`AtPath` that names an existing path, read (:func:`resolve`).
+
+    Attributes:
+        at: the ``@path`` in the draft.
+        path: the path it names (``token`` without trailing punctuation, if that is
+            what exists).
+        text: the file's text, or None when it is refused.
+        refused: the one line why it is not put in, or None.
+    """
+
+    at: AtPath
+    path: str
+    text: str | None
+    refused: str | None
+
+
+def at_paths(draft: str) -> list[AtPath]:
+    """Every ``@path`` in ``draft`` outside fenced code blocks (a file already put in
+    holds ``@decorators`` and mail addresses that are not paths), in order."""
+    found: list[AtPath] = []
+    fence: str | None = None
+    offset = 0
+    for line in draft.splitlines(keepends=True):
+        opening = _FENCE.match(line)
+        if fence is None and opening:
+            fence = opening.group(1)
+        elif fence is not None:
+            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
+                if not line.strip().lstrip(fence[0]):
+                    fence = None
+        else:
+            found.extend(AtPath(offset + m.start(), m.group(1)) for m in _AT_TOKEN.finditer(line))
+        offset += len(line)
+    return found
+
+
+def resolve(candidates: list[AtPath], folder: Path) -> list[Attachment]:
+    """Read each candidate that names an existing path (relative ones from ``folder``);
+    the others are left out (an ``@name`` that is no file is just text). Disk I/O:
+    call it from a worker thread, never the event loop."""
+    found: list[Attachment] = []
+    for at in candidates:
+        for name in dict.fromkeys((at.token, at.token.rstrip(_TRAILING_PUNCTUATION))):
+            if not name:
+                continue
+            path = Path(name) if Path(name).is_absolute() else folder / name
+            try:
+                if not path.exists():
+                    continue
+            except OSError:  # a name too long for the file system: not a path
+                continue
+            try:
+                found.append(Attachment(at, name, read_text_file(path), None))
+            except AttachError as error:
+                found.append(Attachment(at, name, None, str(error).replace(str(path), name, 1)))
+            break
+    return found
+
+
+def put_in(draft: str, attachments: list[Attachment]) -> str:
+    """``draft`` with each readable attachment's ``@path`` replaced by the file as a
+    fenced block (:func:`fenced_block`) on lines of its own: a fence opens a code block
+    only at the start of a line, and the text after the path goes on after the fence.
+    Refused ones stay as typed."""
+    pieces: list[str] = []
+    done = 0
+    for item in sorted(attachments, key=lambda a: a.at.start):
+        if item.text is None:
+            continue
+        start, end = item.at.start, item.at.start + 1 + len(item.path)
+        pieces.append(draft[done:start])
+        written = "".join(pieces)
+        if written and not written.endswith("\n"):
+            pieces.append("\n")
+        pieces.append(fenced_block(item.path, item.text))
+        rest = len(draft[end:]) - len(draft[end:].lstrip(" \t"))
+        done = end + rest
+        if draft.startswith("\n", done):
+            done += 1  # the block's own line end
+    pieces.append(draft[done:])
+    return "".join(pieces)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -14,12 +16,13 @@ from tui_chat.sanitize import sanitize
 from tui_chat.ui.graphemes import GraphemeCursor
 from tui_chat.ui.keys import STEER
 from tui_chat.ui.widgets.attach import (
-    AttachError,
+    AtPath,
+    at_paths,
     common_prefix,
     complete,
-    fenced_block,
     path_before_cursor,
-    read_text_file,
+    put_in,
+    resolve,
 )
 from tui_chat.ui.widgets.in_order import BindingsInOrder
 
@@ -55,7 +58,7 @@ class Composer(GraphemeCursor, BindingsInOrder, TextArea):
     Ctrl+S) sends with ``steer`` set; Ctrl+J, Shift+Enter and Alt+Enter start a new
     line (:data:`NEWLINE_KEYS`); a bracketed paste goes in whole (:func:`pasted_text`).
     After ``@``, Tab completes a path against the current folder and Enter puts that
-    file in as a fenced block (:meth:`action_complete_path`, :meth:`attach_path`).
+    file in as a fenced block (:meth:`action_complete_path`, :meth:`submit_or_put_in`).
     In an empty composer Up and Down walk through earlier messages (:meth:`remember`,
     :meth:`set_history`); Up past the oldest posts :class:`Composer.ReachedTop` (the
     app moves the cursor onto the turns). ``?`` in an empty composer shows the keys.
@@ -116,6 +119,7 @@ class Composer(GraphemeCursor, BindingsInOrder, TextArea):
         self._recall: int | None = None  # index into history while walking it
         self._cycle: list[str] = []  # ``@path`` matches a repeated Tab walks through
         self._cycle_index = 0
+        self._refused: set[str] = set()  # @paths refused in this draft: sent as typed
 
     # ---------------------------------------------------------------- history
     @property
@@ -189,12 +193,11 @@ class Composer(GraphemeCursor, BindingsInOrder, TextArea):
         elif event.key == "enter":
             event.stop()
             event.prevent_default()  # TextArea's own handler: no newline
-            if not self.attach_path():
-                self.action_submit()
+            self.submit_or_put_in()
         elif event.key == STEER.keys:
             event.stop()
             event.prevent_default()
-            self.action_submit(steer=True)
+            self.submit_or_put_in(steer=True)
         elif event.key in NEWLINE_KEYS:
             event.stop()
             event.prevent_default()
@@ -258,37 +261,65 @@ class Composer(GraphemeCursor, BindingsInOrder, TextArea):
             tail = f" and {more} more" if more > 0 else ""
             self.notify(f"Tab for the next: {shown}{tail}", markup=False)
 
-    def attach_path(self) -> bool:
-        """Enter on ``@path`` naming a file or folder: put the file in as a fenced block
-        labelled with its path, or say in one line why not. False (nothing done) when
-        the cursor is not after an ``@path`` that exists, so Enter sends."""
-        partial = self._at_path()
-        if not partial:
-            return False
-        path = Path(partial)
-        if not path.exists():
-            return False
-        self._cycle = []
-        try:
-            text = read_text_file(path)
-        except AttachError as error:
-            self.notify(sanitize(str(error)), severity="warning", markup=False)
-            return True
-        # Like a paste: the file is untrusted text, its control characters inert. A fence
-        # opens a code block only at the start of a line: after other text it starts one.
-        row, column = self.cursor_location
-        before = self.document.get_line(row)[: column - len(partial) - 1]
-        block = fenced_block(partial, text)
-        self._replace_before_cursor(
-            len(partial) + 1, pasted_text(("\n" if before.strip() else "") + block)
-        )
-        return True
+    def submit_or_put_in(self, steer: bool = False) -> None:
+        """Enter (``steer``: the steer key) on a draft: send it, unless an ``@path`` in
+        it names a file not yet put in. Then, instead, the files are put in as fenced
+        blocks (or refused with one line each) and the draft stays for a look at it and
+        its size; the next Enter sends, a refused ``@path`` as typed.
+
+        The paths are looked up and read on a worker thread (the event loop does no disk
+        I/O); keys typed meanwhile win: a draft changed before the files are read is
+        left as it is, and its next Enter looks again."""
+        draft = self.text
+        candidates = [at for at in at_paths(draft) if at.token not in self._refused]
+        if not candidates:
+            self.action_submit(steer)
+            return
+        self.run_worker(
+            self._put_in_or_submit(draft, candidates, steer),
+            group="attach", exclusive=True, exit_on_error=False,
+            description="read the files a draft's @paths name",
+        )  # fmt: skip
+
+    async def _put_in_or_submit(self, draft: str, candidates: list[AtPath], steer: bool) -> None:
+        found = await asyncio.to_thread(resolve, candidates, Path.cwd())
+        now = self.text
+        if not now.startswith(draft):
+            return  # edited meanwhile: its next Enter looks again
+        typed_after = now[len(draft) :]  # keys typed after Enter stay, as they do without @
+        if not found:
+            self._send(draft, steer, typed_after)
+            return
+        for item in found:
+            if item.refused is not None:
+                self._refused.add(item.at.token)
+                self.notify(
+                    f"{sanitize(item.refused)}: Enter sends @{sanitize(item.path)} as typed",
+                    severity="warning", markup=False,
+                )  # fmt: skip
+        # Like a paste: a file is untrusted text, its control characters made inert.
+        found = [
+            item if item.text is None else dataclasses.replace(item, text=pasted_text(item.text))
+            for item in found
+        ]
+        named = [item.path for item in found if item.text is not None]
+        if named:
+            text = put_in(draft, found) + typed_after
+            result = self.replace(text, (0, 0), self.document.end, maintain_selection_offset=False)
+            self.move_cursor(result.end_location)
+            files = ", ".join(sanitize(name) for name in named[:MAX_SHOWN_MATCHES])
+            self.notify(f"put in {files} · Enter sends", markup=False)
 
     def action_submit(self, steer: bool = False) -> None:
         """Enter (``steer``: the steer key): take the text, empty the composer, post
         :class:`Sent`."""
-        text = self.text
-        self.load_text("")
+        self._send(self.text, steer)
+
+    def _send(self, text: str, steer: bool, rest: str = "") -> None:
+        """Post ``text`` as :class:`Sent`; the composer keeps ``rest`` (typed since)."""
+        self.load_text(rest)
+        self.move_cursor(self.document.end)
+        self._refused.clear()
         self.remember(text.strip())
         self.post_message(self.Sent(text, steer))
 
