@@ -222,13 +222,16 @@ class Typist(threading.Thread):
             next_at += self.dt
 
 
-async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` on the loop every 10 ms; raise TimeoutError after ``timeout_s``."""
+async def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.01
+) -> None:
+    """Poll ``condition`` on the loop every ``every_s`` seconds (10 ms); raise
+    TimeoutError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"bench: timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(every_s)
 
 
 def rss_bytes() -> int:
