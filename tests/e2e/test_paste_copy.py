@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import base64
 import re
-import sqlite3
 import time
 from collections.abc import Callable
 
 import pytest
 
 from tests.e2e.terminal import PtyProcess, app_env, fake_app_argv, visible_text
-from tests.e2e.test_signals import history_file
+from tests.e2e.test_signals import history_rows
 
 StartPty = Callable[..., PtyProcess]
 CTRL_Q = b"\x11"
@@ -29,17 +28,10 @@ OSC52_RE = re.compile(rb"\x1b\]52;c;([A-Za-z0-9+/=]*)\x07")
 
 def user_messages() -> list[str]:
     """The user messages saved in the history of the app under test."""
-    path = history_file()
-    if not path.exists():
-        return []
-    db = sqlite3.connect(path)
-    try:
-        rows = db.execute("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
-        return [row[0] for row in rows]
-    except sqlite3.OperationalError:  # the app has not made its tables yet
-        return []
-    finally:
-        db.close()
+    return [
+        row[0]
+        for row in history_rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
+    ]
 
 
 def settle(term: PtyProcess, quiet_s: float = 0.5, timeout_s: float = 10.0) -> bytes:
@@ -110,28 +102,14 @@ def copy_last_reply(term: PtyProcess) -> bytes:
 
 
 def _n_replies() -> int:
-    path = history_file()
-    if not path.exists():
-        return 0
-    db = sqlite3.connect(path)
-    try:
-        row = db.execute(
-            "SELECT count(*) FROM messages WHERE role = 'assistant' AND partial = 0"
-        ).fetchone()
-        return int(row[0])
-    except sqlite3.OperationalError:  # the app has not made its tables yet
-        return 0
-    finally:
-        db.close()
+    rows = history_rows("SELECT count(*) FROM messages WHERE role = 'assistant' AND partial = 0")
+    return int(rows[0][0]) if rows else 0
 
 
 def saved_reply() -> str:
-    db = sqlite3.connect(history_file())
-    try:
-        row = db.execute("SELECT content FROM messages WHERE role = 'assistant'").fetchone()
-        return str(row[0])
-    finally:
-        db.close()
+    rows = history_rows("SELECT content FROM messages WHERE role = 'assistant'")
+    assert rows, "no reply was saved"
+    return str(rows[0][0])
 
 
 @pytest.mark.parametrize("inside_tmux", [False, True])

@@ -15,6 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.terminal import PtyProcess, app_env, fake_app_argv, running, visible_text
 
@@ -30,15 +31,30 @@ def history_file() -> Path:
     return Path(os.environ["XDG_DATA_HOME"]) / "tui-chat" / "history.db"
 
 
-def saved_messages() -> list[tuple[str, str, int, int]]:
-    """(role, content, interrupted, partial) of every saved message, oldest first."""
-    db = sqlite3.connect(history_file())
+def history_rows(sql: str) -> list[tuple[Any, ...]]:
+    """The rows ``sql`` selects from the history, [] while it is not there yet.
+
+    Safe to poll while the app starts: the file is opened read-only (a plain connect
+    would create an empty one under the app) and a schema the app has not made yet
+    (``no such table``) reads as no rows, not as an error that ends the wait.
+    """
+    path = history_file()
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     try:
-        return db.execute(
-            "SELECT role, content, interrupted, partial FROM messages ORDER BY id"
-        ).fetchall()
+        return db.execute(sql).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
     finally:
         db.close()
+
+
+def saved_messages() -> list[tuple[str, str, int, int]]:
+    """(role, content, interrupted, partial) of every saved message, oldest first."""
+    return history_rows("SELECT role, content, interrupted, partial FROM messages ORDER BY id")
 
 
 def start_streaming(pty_process: StartPty, *flags: str) -> PtyProcess:

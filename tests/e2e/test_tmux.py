@@ -9,9 +9,7 @@ machine.
 
 from __future__ import annotations
 
-import os
 import re
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +34,7 @@ from tests.e2e.terminal import (
     text_after,
     tui_chat_argv,
 )
+from tests.e2e.test_signals import history_rows
 from tests.support import GEMMA_PATH
 from tui_chat.ui.app import ChatApp
 
@@ -325,20 +324,13 @@ def test_c24_tmux_session_killed_mid_story_keeps_what_was_on_screen(
     )
     shown = re.findall(r"\w+", text_after(screen, question))
     pane.tmux("kill-session", "-t", "t")  # the app gets SIGHUP, as on an ssh drop
-    history = Path(os.environ["XDG_DATA_HOME"]) / "tui-chat" / "history.db"
 
     def saved_reply() -> tuple[str, int, int] | None:
-        if not history.exists():
-            return None
-        db = sqlite3.connect(history)
-        try:
-            row = db.execute(
-                "SELECT content, interrupted, partial FROM messages"
-                " WHERE role = 'assistant' ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        finally:
-            db.close()
-        return None if row is None or row[2] else row  # partial: not the final save yet
+        rows = history_rows(
+            "SELECT content, interrupted, partial FROM messages"
+            " WHERE role = 'assistant' ORDER BY id DESC LIMIT 1"
+        )
+        return None if not rows or rows[0][2] else rows[0]  # partial: not the final save yet
 
     deadline = time.monotonic() + 5
     while (reply := saved_reply()) is None:

@@ -7,13 +7,12 @@ asked for them, as a terminal emulator does for a clipboard paste. The saved his
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 
 import pytest
 
 from tests.e2e.terminal import TmuxPane, app_env, app_state, conversation, fake_app_argv
-from tests.e2e.test_signals import history_file
+from tests.e2e.test_signals import history_rows
 
 pytestmark = pytest.mark.tmux
 
@@ -22,12 +21,11 @@ C38 = "Fix this code:\r\ndef f():\r\n    return 1"
 
 
 def saved_user_messages() -> list[str]:
-    db = sqlite3.connect(history_file())
-    try:
-        rows = db.execute("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
-        return [row[0] for row in rows]
-    finally:
-        db.close()
+    """The user messages saved so far, oldest first ([] before the history exists)."""
+    return [
+        row[0]
+        for row in history_rows("SELECT content FROM messages WHERE role = 'user' ORDER BY id")
+    ]
 
 
 def paste(pane: TmuxPane, text: str, *, raw: bool) -> None:

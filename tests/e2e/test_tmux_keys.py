@@ -9,7 +9,6 @@ saved history (``history.db`` under the test's ``XDG_DATA_HOME``).
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,23 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.terminal import TmuxPane, app_env, app_state, fake_app_argv, screen_lines
-from tests.e2e.test_signals import history_file
-from tests.e2e.test_tmux_composer import paste
-from tests.e2e.test_tmux_composer import saved_user_messages as saved_in_history
+from tests.e2e.test_tmux_composer import paste, saved_user_messages
 
 pytestmark = pytest.mark.tmux
 
 StartPane = Callable[..., TmuxPane]
-
-
-def saved_user_messages() -> list[str]:
-    """The user messages saved so far ([] before the history exists)."""
-    if not history_file().exists():
-        return []
-    try:
-        return saved_in_history()
-    except sqlite3.OperationalError:  # the schema is being made
-        return []
 
 
 def composer_rows(screen: str) -> list[str]:
