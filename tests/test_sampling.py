@@ -15,8 +15,8 @@ PROMPT = b"<|im_start|>user\nList twenty animals, one a line.<|im_end|>\n<|im_st
 
 
 def test_the_shortcut_only_where_penalties_can_only_lower_logits() -> None:
-    plain = dict(top_k=40, last_n=64, repeat_penalty=1.1, frequency_penalty=0.0,
-                 presence_penalty=0.0)  # fmt: skip
+    plain: dict[str, Any] = dict(top_k=40, last_n=64, repeat_penalty=1.1,
+                                 frequency_penalty=0.0, presence_penalty=0.0)  # fmt: skip
     assert sampling.shortcut_applies(**plain)
     for changed in (
         {"top_k": 0},  # top-k off: every token can be drawn
