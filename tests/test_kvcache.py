@@ -102,6 +102,22 @@ def test_lru_eviction_keeps_the_limit(tmp_path: Path, model: Path) -> None:
     assert outcome.n_evicted == 0 and snapshots(cache) == {1, 3, 4}
 
 
+def test_use_order_holds_for_saves_and_restores_in_one_clock_tick(
+    tmp_path: Path, model: Path
+) -> None:
+    # Back to back, as the engine thread does them: the kernel's coarse mtime made a
+    # save and the restore after it tie, and eviction chose between them at random
+    # (CI: test_real_resume's LRU test, 2 of 2 runs on one machine).
+    engine = FakeSnapshotEngine(model, size_bytes=64 * 1024)
+    for round_ in range(20):
+        cache = SnapshotCache(tmp_path / f"kv{round_}", limit_bytes=int(2.5 * 64 * 1024))
+        for conv in (1, 2):
+            assert cache.save(engine, conv).info is not None
+        assert cache.restore(engine, 1).info is not None  # 2 is now the least recent
+        assert cache.save(engine, 3).n_evicted == 1
+        assert snapshots(cache) == {1, 3}, f"round {round_}"
+
+
 def test_room_is_made_before_writing(tmp_path: Path, model: Path) -> None:
     cache = SnapshotCache(tmp_path / "kv", limit_bytes=3 * MB)
     for conv in (1, 2, 3):

@@ -593,8 +593,24 @@ class _Entry:
 
     paths: tuple[Path, ...]
     size_bytes: int
-    last_used: float  # header mtime (touched on save and restore); 0 for leftovers
+    last_used: int  # header mtime in ns (set on save and restore); 0 for leftovers
     complete: bool
+
+
+def _mark_used(header: Path) -> None:
+    """Stamp a snapshot as used now, to the nanosecond, for LRU eviction.
+
+    An explicit time, because the mtime the kernel gives a write or a bare
+    ``os.utime`` comes from its coarse clock (one tick, 1-10 ms): a save and a
+    restore in the same tick tied, and eviction picked between them by folder
+    order. A filesystem that keeps whole seconds only can still tie; there the
+    order between snapshots used in the same second is arbitrary.
+    """
+    now = time.time_ns()
+    try:
+        os.utime(header, ns=(now, now))
+    except OSError:
+        pass
 
 
 class SnapshotCache:
@@ -729,6 +745,7 @@ class SnapshotCache:
             return SaveOutcome(None, None, n_evicted)
         except SnapshotError as exc:
             return SaveOutcome(None, str(exc), n_evicted)
+        _mark_used(snapshot_files(base)[0])
         evicted = self.evict(keep=base)
         if base in evicted:
             return SaveOutcome(None, "the snapshot is larger than the cache limit", n_evicted)
@@ -759,10 +776,7 @@ class SnapshotCache:
             info = load_snapshot(engine, base, model_sha256=digest, messages=messages)
         except SnapshotError as exc:
             return RestoreOutcome(None, str(exc))
-        try:
-            os.utime(header)  # most recently used
-        except OSError:
-            pass
+        _mark_used(header)
         return RestoreOutcome(info)
 
     def discard(self, conversation_id: int) -> None:
@@ -798,19 +812,20 @@ class SnapshotCache:
             elif name.startswith(PREFIX) and name.endswith(STATE_SUFFIX):
                 states[name.removesuffix(STATE_SUFFIX)] = p
             elif name.endswith(".tmp") and now - st.st_mtime < STALE_TEMP_S:
-                leftovers.append(_Entry((), st.st_size, now, False))  # a save in progress
+                # A save in progress: counted, never deleted.
+                leftovers.append(_Entry((), st.st_size, time.time_ns(), False))
             else:
-                leftovers.append(_Entry((p,), st.st_size, 0.0, False))
+                leftovers.append(_Entry((p,), st.st_size, 0, False))
         entries = leftovers
         for stem in headers.keys() | states.keys():
             paths = tuple(p for p in (headers.get(stem), states.get(stem)) if p is not None)
             try:
                 size = sum(p.stat().st_size for p in paths)
-                last = headers[stem].stat().st_mtime if stem in headers else 0.0
+                last = headers[stem].stat().st_mtime_ns if stem in headers else 0
             except OSError:
                 continue
             complete = stem in headers and stem in states
-            entries.append(_Entry(paths, size, last if complete else 0.0, complete))
+            entries.append(_Entry(paths, size, last if complete else 0, complete))
         return entries
 
     def evict(
@@ -837,7 +852,7 @@ class SnapshotCache:
         total += reserve_bytes
         deleted: list[Path] = []
 
-        def rank(e: _Entry) -> tuple[int, float]:
+        def rank(e: _Entry) -> tuple[int, int]:
             # Oldest first; the kept snapshot last, unless it alone exceeds the limit:
             # then it goes first, sparing the others.
             if is_own(e):
