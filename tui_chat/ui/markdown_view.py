@@ -33,20 +33,20 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual._styles_cache import StylesCache
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.selection import Selection
 from textual.strip import Strip
-from textual.widget import Widget
 
 from tui_chat.markdown.blocks import DEFAULT_LIMITS, BlockStream, Limits, parser
 from tui_chat.markdown.render import Line, PaintUpdate, StreamPainter, markdown_lines
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.one_layout import OneLayout
 
 _STRIPS_KEPT = 512
 """Strips kept per widget (lines on screen are asked for at every frame)."""
 
 
-class MarkdownView(Widget):
+class MarkdownView(OneLayout):
     """Markdown text (untrusted model output) drawn through Rich, cached per width.
 
     Args:
@@ -235,26 +235,40 @@ class StreamingMarkdown(MarkdownView):
         self._painter = None
         self._live = []
 
-    def _apply(self, update: PaintUpdate) -> None:
+    def _apply(self, update: PaintUpdate) -> int:
+        """Take ``update`` in; returns the first line that may read differently now
+        (the line count when none does)."""
         stable = len(self._lines)
+        first = stable if update.live or self._live else None
         for edit in update.edits:
             if edit.start != len(self._lines):  # not an append: indices move
                 self._strips = {}
+            first = edit.start if first is None else min(first, edit.start)
             self._lines[edit.start : edit.end] = edit.lines
         if len(self._lines) != stable or update.live or self._live:
             # Strips of the live lines (and of lines that were live) are made again.
             start = min(stable, len(self._lines))
             self._strips = {y: s for y, s in self._strips.items() if y < start}
         self._live = update.live
+        return self._line_count() if first is None else first
 
     def _repaint(self) -> None:
+        """Draw what the last append changed: a new height lays the screen out again;
+        the same height (the text grew on its last lines) marks only the rows from the
+        first changed line down, which Textual then renders alone instead of every row
+        of the reply on screen (with :class:`OneLayout`, 15-20 % less of the UI
+        thread's time while a 128-token reply of SmolLM2 streams, issue 16)."""
         if self._painter is None or self._lines_width <= 0:
             self._lines_width = -1
             self.refresh(layout=True)
             return
         height = self._line_count()
-        self._apply(self._painter.update())
-        self.refresh(layout=self._line_count() != height)
+        first = self._apply(self._painter.update())
+        count = self._line_count()
+        if count != height:
+            self.refresh(layout=True)
+        elif first < count:
+            self.refresh(Region(0, first, self.size.width, count - first))
 
     def on_unmount(self) -> None:
         """Let go of the lines and the stream: the reply left the screen."""

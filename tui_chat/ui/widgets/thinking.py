@@ -24,6 +24,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.one_layout import OneLayout
 
 if TYPE_CHECKING:
     from tui_chat.engine.stream import StatsSnapshot
@@ -74,7 +75,7 @@ class ThinkingLabel(Widget):
         return Content(self.text)
 
 
-class ThinkingBlock(Vertical):
+class ThinkingBlock(OneLayout, Vertical):
     """The thinking of one reply: a :class:`ThinkingLabel` and the text, dim.
 
     Args:

@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from tui_chat.engine.base import ChatMessage
 from tui_chat.sanitize import sanitize
+from tui_chat.ui.one_layout import OneLayout
 from tui_chat.ui.widgets.thinking import ThinkingBlock
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def note_for(message: ChatMessage) -> str | None:
     return INTERRUPTED_NOTE if message.get("interrupted") else None
 
 
-class AssistantTurn(Vertical):
+class AssistantTurn(OneLayout, Vertical):
     """One reply: its thinking (a :class:`ThinkingBlock`, when it has some), then a
     :class:`StreamingMarkdown` while it streams, then its note.
 
