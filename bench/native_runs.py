@@ -16,15 +16,24 @@ For each thread count T from 1 to the cores, in interleaved rounds:
   lag and key echo are the group's, and its tokens/s is reported beside
   (``native_typing_decode_ratio``: each key, the probe's 200 wakes a second and the
   draft's token count after a pause take CPU from a decode that has every core);
+- the engine alone: the same :class:`~tui_chat.engine.llama.LlamaEngine` generate with
+  the same prompt and sampling, and no app (``native_engine_decode_ratio``: what the
+  binding and the sampler cost against llama-bench, which samples nothing; the app's
+  figure over this one is what the UI costs);
 - native: ``llama-bench -m SMOLLM2 -p 0 -n 128 -d P -t T`` (decode only, tokens/s), P
-  the app's prompt in tokens: the same decode steps over the same KV cache length.
+  the app's prompt in tokens: the same decode steps over the same KV cache length; run
+  before and after the engine and the app, and their mean is what both are compared
+  with (this machine's speed drifts by 30 % within seconds: the mean of the two runs
+  either side cancels a steady drift).
 
 Keys: ``native_tokens_per_s_t{T}``, ``native_app_tokens_per_s_t{T}``,
-``native_app_typing_tokens_per_s_t{T}``, ``native_lag_p99_ms_t{T}``,
+``native_app_typing_tokens_per_s_t{T}``, ``native_engine_tokens_per_s_t{T}``,
+``native_lag_p99_ms_t{T}``,
 ``native_keys_p95_ms_t{T}``; ``native_default_threads``
 (the app's default here), ``native_best_threads`` (llama-bench's fastest);
 ``native_decode_ratio`` (app / native at the default thread count),
-``native_best_decode_ratio`` (the same at the native best), ``default_vs_native_best``
+``native_best_decode_ratio`` (the same at the native best), ``native_engine_decode_ratio``
+(the engine alone / native at the default thread count), ``default_vs_native_best``
 (app at the default / native at its best: the default must lose at most 5 %), and the
 loop lag and key echo at the default (``native_default_lag_p99_ms``,
 ``native_default_keys_p95_ms``).
@@ -40,6 +49,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +58,7 @@ from bench.fake_runs import SIZE, finished, send
 from bench.probe import LagProbe, Typist, instrumented, median, p, wait_until
 from tui_chat import buildinfo
 from tui_chat.config import Config, default_threads
-from tui_chat.engine.base import SamplingParams
+from tui_chat.engine.base import CancelToken, ChatMessage, SamplingParams, TokenPiece
 from tui_chat.engine.llama import LlamaEngine
 from tui_chat.ui.app import make_app
 from tui_chat.ui.widgets.composer import Composer
@@ -120,6 +131,43 @@ def native_decode(binary: Path, model: Path, threads: int, depth: int) -> float:
     )  # fmt: skip
     rows = json.loads(proc.stdout)
     return float(rows[0]["avg_ts"])
+
+
+def engine_decode(model: Path, threads: int, seed: int) -> float:
+    """The engine alone at ``threads``: decode tokens/s (first to last token, as the
+    status bar counts) of one reply of N_GEN tokens to PROMPT, with the app's sampling;
+    no app, no event loop.
+
+    It runs on a thread of its own that ends with it, as the app's engine thread does
+    (``tui-chat-engine``, one per session). Run on an executor thread that stays, it
+    made every later decode on another thread of the bench's process about 30 % slower
+    at 2 threads (100 against 140 tokens/s, 2-core AMD EPYC; as fast again once that
+    thread ended). A thread that has decoded keeps its OpenMP thread pool while it
+    lives; with more OpenMP threads than CPUs libgomp spins 100 times instead of
+    300,000 before it sleeps at a barrier (``GOMP_SPINCOUNT`` in its manual), and
+    ggml ends each operation at an OpenMP barrier (``ggml_barrier``)."""
+    result: list[float] = []
+    thread = threading.Thread(target=lambda: result.append(_engine_decode(model, threads, seed)))
+    thread.start()
+    thread.join()
+    return result[0] if result else float("nan")
+
+
+def _engine_decode(model: Path, threads: int, seed: int) -> float:
+    engine = LlamaEngine(model, n_threads=threads)
+    engine.load()
+    params = SamplingParams(max_tokens=N_GEN, seed=seed, temperature=0.7)
+    messages = [ChatMessage(role="user", content=PROMPT)]
+    times: list[float] = []
+    try:
+        for event in engine.generate(messages, params, CancelToken()):
+            if isinstance(event, TokenPiece) and not event.eog:
+                times.append(time.perf_counter())
+    finally:
+        engine.close()
+    if len(times) < 2:
+        return float("nan")
+    return (len(times) - 1) / (times[-1] - times[0])
 
 
 async def app_decode(model: Path, threads: int, rounds: int) -> list[dict[str, float]]:
@@ -202,16 +250,24 @@ async def native_group(model: Path, rounds: int) -> dict[str, float]:
     counts = list(range(1, n_cores + 1))
     default = min(default_threads(), n_cores)
     native: dict[int, list[float]] = {t: [] for t in counts}
+    engine: dict[int, list[float]] = {t: [] for t in counts}
     app: dict[int, list[dict[str, float]]] = {t: [] for t in counts}
-    for _round in range(rounds):
+    depth = 0  # the app's prompt in tokens, known after its first reply
+    for k in range(rounds):
         for t in counts:
+            before = None
+            if depth:
+                before = await asyncio.to_thread(native_decode, binary, model, t, depth)
+            engine[t].append(await asyncio.to_thread(engine_decode, model, t, 7 + 2 * k))
             app[t] += await app_decode(model, t, 1)
             depth = int(app[t][-1]["n_prompt_tokens"])
-            native[t].append(await asyncio.to_thread(native_decode, binary, model, t, depth))
+            after = await asyncio.to_thread(native_decode, binary, model, t, depth)
+            native[t].append(after if before is None else (before + after) / 2)
     out: dict[str, float] = {}
     for t in counts:
         out[f"native_tokens_per_s_t{t}"] = median(native[t])
         out[f"native_app_tokens_per_s_t{t}"] = median([r["tokens_per_s"] for r in app[t]])
+        out[f"native_engine_tokens_per_s_t{t}"] = median(engine[t])
         out[f"native_app_typing_tokens_per_s_t{t}"] = median(
             [r["typing_tokens_per_s"] for r in app[t]]
         )
@@ -231,6 +287,9 @@ async def native_group(model: Path, rounds: int) -> dict[str, float]:
         [a["typing_tokens_per_s"] / n for a, n in zip(app[default], native[default], strict=True)]
     )
     out["native_best_decode_ratio"] = ratio(best, best)
+    out["native_engine_decode_ratio"] = median(
+        [e / n for e, n in zip(engine[default], native[default], strict=True)]
+    )
     out["default_vs_native_best"] = ratio(default, best)
     out["native_default_lag_p99_ms"] = out[f"native_lag_p99_ms_t{default}"]
     out["native_default_keys_p95_ms"] = out[f"native_keys_p95_ms_t{default}"]
