@@ -35,7 +35,7 @@ from textual.widgets import Footer, Static, TextArea
 
 from tui_chat.config import KEYS, ChatSettings, Config, ConfigError
 from tui_chat.engine.base import ChatMessage, Engine
-from tui_chat.engine.stream import TraceFn
+from tui_chat.engine.stream import StatsSnapshot, TraceFn
 from tui_chat.engines import EngineFactory, make_engine
 from tui_chat.sanitize import sanitize
 from tui_chat.ui import keys
@@ -74,6 +74,13 @@ CLOSE_TIMEOUT_S = 0.6
 """At exit, the longest wait for the reply in flight and the history to be saved
 (the process must be gone within 1 s of a quit or a signal: replay cases C07, C24)."""
 
+
+STATUS_REFRESH_S = 0.5
+"""While a reply streams, how often the paint timer refreshes the status bar's numbers
+(tokens/s, ctx), in seconds; a change of what it says the app is doing (thinking,
+answering, a stall) shows at the next paint. Every paint (80 ms) was a new line of
+numbers nobody reads at that rate, and a frame that took its share of a core from the
+decode on a 2-core machine (issue 16, item 6)."""
 
 DRAFT_HINT_DEBOUNCE_S = 0.3
 """Quiet time after the last edit before the composer's draft is measured again."""
@@ -217,6 +224,8 @@ class ChatApp(ConversationKeys):
         self._answer_now_asked: int | None = None
         """The reply whose thinking the user ended (Ctrl+N), until it ends."""
         self._reply_started_s = 0.0
+        self._status_kind: tuple[str, bool, bool] | None = None
+        self._status_shown_s = 0.0
         """When the live reply started (``time.monotonic``), for the notification."""
 
     @property
@@ -700,7 +709,23 @@ class ChatApp(ConversationKeys):
             if stats is not None:
                 turn.show_stats(stats)
             self._gc_hold.tick()
+            if not self._status_due(stats):
+                return
         self._update_status()
+
+    def _status_due(self, stats: StatsSnapshot | None) -> bool:
+        """Whether a paint while a reply streams refreshes the status bar (see
+        ``STATUS_REFRESH_S``)."""
+        now = time.monotonic()
+        kind = (
+            self.session.state,
+            stats is not None and stats.thinking,
+            stats is not None and stats.last_stall is not None,
+        )
+        if kind == self._status_kind and now - self._status_shown_s < STATUS_REFRESH_S:
+            return False
+        self._status_kind, self._status_shown_s = kind, now
+        return True
 
     def _model_name(self) -> str:
         """The model to name on screen (raw: sanitize to show it): the one loading in a
