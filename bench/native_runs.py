@@ -20,6 +20,13 @@ For each thread count T from 1 to the cores, in interleaved rounds:
   the same prompt and sampling, and no app (``native_engine_decode_ratio``: what the
   binding and the sampler cost against llama-bench, which samples nothing; the app's
   figure over this one is what the UI costs);
+- the Textual floor: the same engine decode beside a minimal Textual app (a Static and
+  a Footer, headless) that writes a new line into its Static at the app's paint
+  interval (``native_textual_floor_ratio``: that / the engine alone, in the same round).
+  This is what any Textual app that paints a stream at that rate takes from a decode
+  that has every core, before anything tui-chat draws; the app's figure cannot beat
+  the engine's times this one (on the 2-core Xeon: the floor's UI thread used 3.3 % of
+  a core, an idle 80 ms timer alone 0.9 %);
 - native: ``llama-bench -m SMOLLM2 -p 0 -n 128 -d P -t T`` (decode only, tokens/s), P
   the app's prompt in tokens: the same decode steps over the same KV cache length; run
   before and after the engine and the app, and their mean is what both are compared
@@ -33,7 +40,10 @@ Keys: ``native_tokens_per_s_t{T}``, ``native_app_tokens_per_s_t{T}``,
 (the app's default here), ``native_best_threads`` (llama-bench's fastest);
 ``native_decode_ratio`` (app / native at the default thread count),
 ``native_best_decode_ratio`` (the same at the native best), ``native_engine_decode_ratio``
-(the engine alone / native at the default thread count), ``default_vs_native_best``
+(the engine alone / native at the default thread count), ``native_textual_floor_ratio``
+(the engine beside a minimal Textual app / the engine alone, default threads),
+``native_app_vs_engine_ratio`` (the app / the engine alone, default threads: what
+tui-chat's UI costs the decode), ``default_vs_native_best``
 (app at the default / native at its best: the default must lose at most 5 %), and the
 loop lag and key echo at the default (``native_default_lag_p99_ms``,
 ``native_default_keys_p95_ms``).
@@ -170,6 +180,33 @@ def _engine_decode(model: Path, threads: int, seed: int) -> float:
     return (len(times) - 1) / (times[-1] - times[0])
 
 
+async def floor_decode(model: Path, threads: int, seed: int) -> float:
+    """The engine alone (:func:`engine_decode`) while a minimal Textual app, headless,
+    writes a new line into a Static every ``render_interval_ms`` (the app's default):
+    decode tokens/s. Imported here, not at the top: the app's own import cost is not
+    this one's."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Footer, Static
+
+    interval_s = Config().render_interval_ms / 1000
+
+    class Floor(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Static(id="line")
+            yield Footer()
+
+        def on_mount(self) -> None:
+            self.n_ticks = 0
+            self.set_interval(interval_s, self.tick)
+
+        def tick(self) -> None:
+            self.n_ticks += 1
+            self.query_one("#line", Static).update(f"token {self.n_ticks}")
+
+    async with Floor().run_test(headless=True, size=SIZE):
+        return await asyncio.to_thread(engine_decode, model, threads, seed)
+
+
 async def app_decode(model: Path, threads: int, rounds: int) -> list[dict[str, float]]:
     """tui-chat at ``threads``: one app, ``rounds`` pairs of replies of N_GEN tokens with
     the loop-lag probe running: the first read (nobody types: its decode tokens/s is the
@@ -251,6 +288,7 @@ async def native_group(model: Path, rounds: int) -> dict[str, float]:
     default = min(default_threads(), n_cores)
     native: dict[int, list[float]] = {t: [] for t in counts}
     engine: dict[int, list[float]] = {t: [] for t in counts}
+    floor: list[float] = []
     app: dict[int, list[dict[str, float]]] = {t: [] for t in counts}
     depth = 0  # the app's prompt in tokens, known after its first reply
     for k in range(rounds):
@@ -259,6 +297,8 @@ async def native_group(model: Path, rounds: int) -> dict[str, float]:
             if depth:
                 before = await asyncio.to_thread(native_decode, binary, model, t, depth)
             engine[t].append(await asyncio.to_thread(engine_decode, model, t, 7 + 2 * k))
+            if t == default:
+                floor.append(await floor_decode(model, t, 7 + 2 * k))
             app[t] += await app_decode(model, t, 1)
             depth = int(app[t][-1]["n_prompt_tokens"])
             after = await asyncio.to_thread(native_decode, binary, model, t, depth)
@@ -289,6 +329,12 @@ async def native_group(model: Path, rounds: int) -> dict[str, float]:
     out["native_best_decode_ratio"] = ratio(best, best)
     out["native_engine_decode_ratio"] = median(
         [e / n for e, n in zip(engine[default], native[default], strict=True)]
+    )
+    out["native_textual_floor_ratio"] = median(
+        [f / e for f, e in zip(floor, engine[default], strict=True)]
+    )
+    out["native_app_vs_engine_ratio"] = median(
+        [a["tokens_per_s"] / e for a, e in zip(app[default], engine[default], strict=True)]
     )
     out["default_vs_native_best"] = ratio(default, best)
     out["native_default_lag_p99_ms"] = out[f"native_lag_p99_ms_t{default}"]
