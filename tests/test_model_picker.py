@@ -28,7 +28,7 @@ from tui_chat.engine.base import SamplingParams
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.engine.llama import LlamaEngine
 from tui_chat.engine.modelfile import ModelFileInfo, describe_model_file
-from tui_chat.engine.remote import RemoteEngine
+from tui_chat.engine.remote import RemoteEngine, RemoteModel
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.screens.models import ModelChoice, ModelPickerScreen, engine_factory_for
 from tui_chat.ui.widgets.composer import Composer
@@ -250,8 +250,9 @@ async def test_with_api_base_the_picker_lists_the_servers_models(server: StubSer
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         await open_picker(pilot, app)
+        await wait_for(lambda: "● alpha" in screen_text(app))
         text = screen_text(app)
-        assert "● alpha" in text and "2 models" in text
+        assert "2 models" in text
         assert_inert(text.encode())
         await pilot.press("down", "enter")
         await wait_for(lambda: app.session.engine_label == "beta\x1b]0;T\x07")
@@ -261,6 +262,24 @@ async def test_with_api_base_the_picker_lists_the_servers_models(server: StubSer
         await finished(app, 1)
         assert stub.requests[-1].body["model"] == "beta\x1b]0;T\x07"
         assert "Hi from the server." in shown_reply(app.query(AssistantTurn).last())
+
+
+async def test_the_pickers_columns_hold_each_row_before_any_frame(server: StubServer) -> None:
+    # Textual's DataTable measures new cells when it is next idle; a frame drawn before
+    # that cached the row cut to the old width for good: "● al…" under load in CI.
+    stub = server
+    stub.routes["GET /v1/models"] = models_route(["alpha"])
+    app = make_app(fake_config(api_base=stub.url), RemoteEngine(stub.url))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        screen = await open_picker(pilot, app)
+        name = "a-model-with-a-long-name"
+        screen._listed(ModelPickerScreen.Listed([RemoteModel(name, "someone", 8192)], []))
+        table = screen.table
+        widths = [c.get_render_width(table) - 2 * table.cell_padding for c in table.ordered_columns]
+        assert widths[0] >= len(f"  {name}") and widths[1] >= len("someone")
+        await pilot.pause()
+        assert f"  {name}" in screen_text(app)
 
 
 async def test_a_servers_failure_is_said_in_the_picker(server: StubServer) -> None:

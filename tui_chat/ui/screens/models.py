@@ -128,6 +128,12 @@ def _size(n_bytes: int) -> str:
     return f"{n_bytes / 2**10:.0f} KiB" if n_bytes >= 2**10 else f"{n_bytes} B"
 
 
+_LOCAL_COLUMNS = ("file", "arch", "params", "quant", "size", "ctx", "tmpl")
+"""The local picker's columns, in the order :meth:`ModelPickerScreen._found` fills them."""
+_REMOTE_COLUMNS = ("model", "owned by", "ctx")
+"""The server picker's columns, in the order :meth:`ModelPickerScreen._listed` fills them."""
+
+
 def _cell(text: str, limit: int = 0, style: str = "") -> Text:
     """A table cell: sanitized, never markup, cut to ``limit`` characters."""
     shown = sanitize(text)
@@ -230,10 +236,10 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        if self._config.api_base is not None:
-            table.add_columns("model", "owned by", "ctx")
-        else:
-            table.add_columns("file", "arch", "params", "quant", "size", "ctx", "tmpl")
+        remote = self._config.api_base is not None
+        labels = _REMOTE_COLUMNS if remote else _LOCAL_COLUMNS
+        for label in labels:
+            table.add_column(label, width=len(label))  # widened by _add_row
         table.focus()
         self.action_rescan()
 
@@ -301,6 +307,18 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             return
         self.post_message(self.Listed(models, []))
 
+    def _add_row(self, key: str, *cells: Text) -> None:
+        """Add one row, first widening each column to hold its cell.
+
+        Textual's DataTable measures new cells only when it is next idle, and a frame
+        drawn before that caches the cells cut to the old width for good (a picker
+        under load showed "● al…" for "● alpha"). Fixed widths set here, in the same
+        handler as the row, leave no frame in between.
+        """
+        for column, cell in zip(self.table.ordered_columns, cells, strict=True):
+            column.width = max(column.width, cell.cell_len)
+        self.table.add_row(*cells, key=key)
+
     @on(Found)
     def _found(self, message: Found) -> None:
         info = message.info
@@ -309,7 +327,8 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
         dim = "" if info.usable else "dim"
         current = self._current is not None and file_label(info.path) == self._current
         mark = "●" if current else ("✗" if not info.usable else " ")
-        self.table.add_row(
+        self._add_row(
+            key,
             _cell(f"{mark} {info.path.name.removesuffix('.gguf')}", 30, dim),
             _cell(info.architecture or "-", 8, dim),
             _cell(_params(info.n_params), 0, dim),
@@ -317,7 +336,6 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             _cell(_size(info.size_bytes), 0, dim),
             _cell(str(info.n_ctx_train) if info.n_ctx_train else "", 0, dim),
             _cell(("yes" if info.has_chat_template else "no") if info.architecture else "", 0, dim),
-            key=key,
         )
         if current:
             self.table.move_cursor(row=len(self._rows) - 1)
@@ -333,11 +351,11 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
                 key = str(len(self._rows))
                 self._rows[key] = model
                 current = model.id == self._current
-                self.table.add_row(
+                self._add_row(
+                    key,
                     _cell(f"{'●' if current else ' '} {model.id}", 50),
                     _cell(model.owned_by, 16),
                     _cell(str(model.n_ctx) if model.n_ctx else ""),
-                    key=key,
                 )
                 if current:
                     self.table.move_cursor(row=len(self._rows) - 1)
