@@ -224,9 +224,11 @@ class ChatApp(ConversationKeys):
         self._answer_now_asked: int | None = None
         """The reply whose thinking the user ended (Ctrl+N), until it ends."""
         self._reply_started_s = 0.0
-        self._status_kind: tuple[str, bool, bool] | None = None
-        self._status_shown_s = 0.0
         """When the live reply started (``time.monotonic``), for the notification."""
+        self._status_kind: tuple[str, bool, bool] | None = None
+        """What the status bar last said the app was doing: (state, thinking, stalled)."""
+        self._status_shown_s = 0.0
+        """When the status bar's numbers were last refreshed (``time.monotonic``)."""
 
     @property
     def session(self) -> ChatSession:
