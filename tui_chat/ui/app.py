@@ -44,6 +44,7 @@ from tui_chat.ui.copying import Clip, NothingToCopy, clip_of, refusal, thinking_
 from tui_chat.ui.draft_size import DraftSize, measure
 from tui_chat.ui.driver import ChatDriver
 from tui_chat.ui.gc_hold import FullCollectionHold
+from tui_chat.ui.graphemes import clusters
 from tui_chat.ui.messages import SessionUpdate
 from tui_chat.ui.screens.dialogs import Confirm
 from tui_chat.ui.widgets.chat_view import ChatView
@@ -84,6 +85,15 @@ decode on a 2-core machine (issue 16, item 6)."""
 
 DRAFT_HINT_DEBOUNCE_S = 0.3
 """Quiet time after the last edit before the composer's draft is measured again."""
+
+
+def _warm_up() -> None:
+    """Import and build, off the UI thread, what the first keys and the first reply
+    would otherwise pay for on it: the grapheme pattern (Left, Backspace) and the
+    Markdown renderer's lexers and styles (:func:`tui_chat.ui.markdown_view.warm_up`).
+    Run once the model has loaded (issue 16: not before the first frame)."""
+    clusters()
+    markdown().warm_up()
 
 
 class DraftMeasured(Message, bubble=False):
@@ -342,13 +352,22 @@ class ChatApp(ConversationKeys):
             return
         self._engine_started = True
 
+        # Made and started on the output thread, right after the frame is written (the
+        # UI thread stays free for keys meanwhile).
+        self._when_drawn(lambda: self.session.start())
+
+    def _when_drawn(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` once the output written so far is on the terminal (on the
+        output thread: :meth:`ChatDriver.when_drawn`), or now without a terminal."""
         driver = self._driver
         if isinstance(driver, ChatDriver):
-            # Made and started on the output thread, right after the frame is written
-            # (the UI thread stays free for keys meanwhile).
-            driver.when_drawn(lambda: self.session.start())
-        else:  # headless (tests, the benchmark): no terminal to wait for
-            self.session.start()
+            driver.when_drawn(callback)
+        else:  # headless (tests, the benchmark)
+            callback()
+
+    @staticmethod
+    def _start_warm_up() -> None:
+        threading.Thread(target=_warm_up, name="tui-chat-warm-up", daemon=True).start()
 
     def _on_session_event(self, event: SessionEvent) -> None:
         """The session's listener: any thread; posting never waits."""
@@ -373,12 +392,11 @@ class ChatApp(ConversationKeys):
         elif isinstance(event, ev.PrefillFinished):
             self._update_status()
         elif isinstance(event, ev.ModelLoaded):
-            # What the first reply is drawn with, imported and drawn once now on a
-            # thread of its own (not before the first frame, nor beside the model load,
-            # nor at the first reply's frames: issue 16).
-            threading.Thread(
-                target=lambda: markdown().warm_up(), name="tui-chat-warm-up", daemon=True
-            ).start()
+            # What the first reply is drawn with, imported and drawn once on a thread of
+            # its own once "ready" is on the terminal (not before the first frame, nor
+            # beside the model load or the frame that says ready, nor at the first
+            # reply's frames: issue 16).
+            self.call_after_refresh(self._when_drawn, self._start_warm_up)
             # Everything made so far (Textual, the model's Python objects) lives as long
             # as the app: move it out of the cyclic GC's reach, so a full collection
             # during a reply scans only what the reply made (they showed as 50 ms frames).

@@ -15,11 +15,11 @@ as ``TextArea`` locations count them.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING
 
-import regex
-
 if TYPE_CHECKING:
+    import regex
     from textual import events
     from textual.widgets import TextArea
     from textual.widgets.text_area import Location
@@ -28,8 +28,19 @@ if TYPE_CHECKING:
 else:
     _TextAreaBase = object
 
-_CLUSTER = regex.compile(r"\X")
-"""One extended grapheme cluster (UAX #29)."""
+
+@cache
+def clusters() -> regex.Pattern[str]:
+    """The pattern of one extended grapheme cluster (UAX #29).
+
+    Compiled when first asked for: importing ``regex`` costs 5 ms that the first
+    frame does not need (issue 16). The app asks once the model has loaded, on its
+    warm-up thread, so the first Left or Backspace finds it ready.
+    """
+    import regex
+
+    return regex.compile(r"\X")
+
 
 JOINERS = frozenset({"\u200c", "\u200d", *map(chr, range(0xE0020, 0xE0080))})
 """Invisible format characters (category Cf) that belong inside a cluster: ZERO WIDTH
@@ -53,7 +64,7 @@ def previous_boundary(line: str, column: int) -> int:
     column = min(column, len(line))
     if column <= 0:
         return 0
-    for match in _CLUSTER.finditer(line):
+    for match in clusters().finditer(line):
         if match.end() >= column:
             return match.start()
     return len(line)  # not reached: the clusters cover the line
@@ -70,7 +81,7 @@ def next_boundary(line: str, column: int) -> int:
         The end of the cluster that starts at or contains ``column``; the line's
         length at its end.
     """
-    for match in _CLUSTER.finditer(line):
+    for match in clusters().finditer(line):
         if match.end() > column:
             return match.end()
     return len(line)
