@@ -22,7 +22,8 @@ For each thread count T from 1 to the cores, in interleaved rounds:
   figure over this one is what the UI costs);
 - the Textual floor: the same engine decode beside a minimal Textual app (a Static and
   a Footer, headless) that writes a new line into its Static at the app's paint
-  interval (``native_textual_floor_ratio``: that / the engine alone, in the same round).
+  interval (``native_textual_floor_ratio``: that / the engine alone, in the same round),
+  each frame rendered as the app's are (:func:`bench.probe.instrumented`).
   This is what any Textual app that paints a stream at that rate takes from a decode
   that has every core, before anything tui-chat draws; the app's figure cannot beat
   the engine's times this one (on the 2-core Xeon: the floor's UI thread used 3.3 % of
@@ -206,8 +207,12 @@ async def floor_decode(model: Path, threads: int, seed: int) -> float:
             self.n_ticks += 1
             self.line.update(f"token {self.n_ticks}")
 
-    async with Floor().run_test(headless=True, size=SIZE):
-        return await asyncio.to_thread(engine_decode, model, threads, seed)
+    # Instrumented as the app is (:func:`app_decode`): headless, Textual composes each
+    # frame but renders it to no terminal; the probe renders it, as a terminal's
+    # driver would, for both, so the floor is not spared the output the app pays for.
+    with instrumented():
+        async with Floor().run_test(headless=True, size=SIZE):
+            return await asyncio.to_thread(engine_decode, model, threads, seed)
 
 
 async def app_decode(model: Path, threads: int, rounds: int) -> list[dict[str, float]]:
