@@ -367,6 +367,8 @@ class ChatApp(ConversationKeys):
 
     @staticmethod
     def _start_warm_up() -> None:
+        """Start :func:`_warm_up` on a daemon thread of its own (a quit never waits
+        for it)."""
         threading.Thread(target=_warm_up, name="tui-chat-warm-up", daemon=True).start()
 
     def _on_session_event(self, event: SessionEvent) -> None:
