@@ -73,13 +73,16 @@ def test_the_grapheme_pattern_is_compiled_on_first_use() -> None:
 
 
 class GatedLoad(FakeEngine):
-    """The fake engine, whose load waits until :attr:`gate` is set."""
+    """The fake engine, whose load sets :attr:`loading` and then waits until
+    :attr:`gate` is set."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.loading = Event()
         self.gate = Event()
 
     def load(self, *, on_progress: LoadProgressFn | None = None) -> ModelInfo:
+        self.loading.set()
         self.gate.wait(10)
         return super().load(on_progress=on_progress)
 
@@ -93,12 +96,10 @@ async def test_the_warm_up_runs_once_the_model_has_loaded_on_its_own_thread(
     monkeypatch.setattr(app_module, "_warm_up", lambda: threads.append(current_thread().name))
     engine = GatedLoad()
     app = make_app(fake_config(), engine)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(lambda: app.session.state == "loading")
-        await pilot.pause(0.2)
-        assert threads == []  # loading: nothing warmed up beside it
+    async with app.run_test(size=(80, 24)):
+        await wait_for(engine.loading.is_set)
+        assert threads == []  # inside the load: nothing warmed up beside it
         engine.gate.set()
         await wait_for(lambda: app.session.model_info is not None)
         await wait_for(lambda: bool(threads))
-        await pilot.pause(0.1)
-    assert threads == ["tui-chat-warm-up"]
+    assert threads == ["tui-chat-warm-up"]  # the app has ended: once, on its own thread
