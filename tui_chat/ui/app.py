@@ -185,6 +185,16 @@ class ChatScreen(Screen[object]):
             self._on_timer_update()
 
 
+def _status_kind(state: str, stats: StatsSnapshot | None) -> tuple[str, bool, bool]:
+    """What the status bar says the app is doing: (state, thinking, stalled); a change
+    of it shows at the next paint, whatever ``STATUS_REFRESH_S`` says."""
+    return (
+        state,
+        stats is not None and stats.thinking,
+        stats is not None and stats.last_stall is not None,
+    )
+
+
 class ChatApp(ConversationKeys):
     """The chat application. Build it with :func:`make_app`.
 
@@ -715,6 +725,7 @@ class ChatApp(ConversationKeys):
     # -------------------------------------------------------------- painting
     async def _paint_tick(self) -> None:
         live = self._live
+        stats: StatsSnapshot | None = None
         if live is not None and live[1].is_mounted:
             turn = live[1]
             batch = self.session.drain(live[0])
@@ -731,23 +742,25 @@ class ChatApp(ConversationKeys):
             if stats is not None:
                 turn.show_stats(stats)
             self._gc_hold.tick()
-            if not self._status_due(stats):
-                return
-        self._update_status()
+        if self._status_due(stats):
+            self._update_status()
 
     def _status_due(self, stats: StatsSnapshot | None) -> bool:
-        """Whether a paint while a reply streams refreshes the status bar (see
-        ``STATUS_REFRESH_S``)."""
-        now = time.monotonic()
-        kind = (
-            self.session.state,
-            stats is not None and stats.thinking,
-            stats is not None and stats.last_stall is not None,
+        """Whether this paint redraws the status bar: always, but while the session
+        generates only when what the bar says the app is doing has changed since it was
+        last drawn, or ``STATUS_REFRESH_S`` has passed. The session's state decides,
+        not whether the UI has heard of the reply yet: the first paints of a reply can
+        come before its ``ReplyStarted`` (the message queue was still busy with the
+        key that sent it), and each one redrew the bar."""
+        session = self._session
+        if session is None or session.state != "generating":
+            return True
+        if stats is None:
+            stats = session.live_stats()
+        return (
+            _status_kind(session.state, stats) != self._status_kind
+            or time.monotonic() - self._status_shown_s >= STATUS_REFRESH_S
         )
-        if kind == self._status_kind and now - self._status_shown_s < STATUS_REFRESH_S:
-            return False
-        self._status_kind, self._status_shown_s = kind, now
-        return True
 
     def _model_name(self) -> str:
         """The model to name on screen (raw: sanitize to show it): the one loading in a
@@ -773,6 +786,8 @@ class ChatApp(ConversationKeys):
         name = self._model_name()
         if self._status.is_attached:
             self._status.show(state, stats, info, name, conversation_id=conversation_id)
+            # Whoever drew it (a paint, an event), the clock starts again (_status_due).
+            self._status_kind, self._status_shown_s = _status_kind(state, stats), time.monotonic()
             for welcome in self.query(Welcome).results(Welcome):
                 welcome.show(name, info)
 
