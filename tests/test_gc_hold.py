@@ -14,7 +14,8 @@ import pytest
 
 from tests.support import fake_config, wait_for
 from tests.test_app_stream import SIZE, finished, ready, send
-from tui_chat.engine.fake import EOG, FakeEngine, paced
+from tests.test_thinking_app import GatedEngine
+from tui_chat.engine.fake import EOG, paced
 from tui_chat.ui.app import make_app
 from tui_chat.ui.gc_hold import FullCollectionHold
 
@@ -89,19 +90,24 @@ def test_a_long_hold_collects_at_the_next_tick_and_goes_on(collections: list[int
 async def test_the_app_holds_full_collections_only_while_a_reply_streams(
     thresholds: tuple[int, int, int],
 ) -> None:
-    engine = FakeEngine(
-        [paced(["a", " long", " reply", *[" x"] * 100, EOG], 200), paced(["b", *[" y"] * 400], 20)]
+    # The first reply is held before its first " x" until the test has seen the hold:
+    # paced alone (0.5 s at 200 tok/s), a loaded machine's UI thread heard the reply
+    # start and end in one go, and the hold came and went between two looks (CI).
+    engine = GatedEngine(
+        [paced(["a", " long", " reply", *[" x"] * 100, EOG], 200), paced(["b", *[" y"] * 400], 20)],
+        gate_at=b" x",
     )
     app = make_app(fake_config(), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         assert gc.get_threshold() == thresholds
         await send(pilot, "first")
-        await wait_for(lambda: engine.n_yielded >= 5)
+        await wait_for(lambda: engine.n_yielded >= 3)
         # The hold begins when the UI thread hears of the reply, which can be after
-        # the engine's fifth token on a loaded machine: wait for it, mid-reply.
+        # the engine's third token on a loaded machine: wait for it, mid-reply.
         await wait_for(lambda: gc.get_threshold()[2] > 10**6)
         assert app.session.busy
+        engine.gate.set()
         await finished(app, 1)
         await wait_for(lambda: gc.get_threshold() == thresholds)
         await send(pilot, "second")
