@@ -50,7 +50,7 @@ from tui_chat.ui.screens.dialogs import Confirm
 from tui_chat.ui.widgets.chat_view import ChatView
 from tui_chat.ui.widgets.composer import Composer
 from tui_chat.ui.widgets.conversation import MAX_MOUNTED_TURNS, version_label
-from tui_chat.ui.widgets.status import StatusBar
+from tui_chat.ui.widgets.status import StatusBar, activity
 from tui_chat.ui.widgets.turns import (
     EMPTY_NOTE,
     INTERRUPTED_NOTE,
@@ -185,16 +185,6 @@ class ChatScreen(Screen[object]):
             self._on_timer_update()
 
 
-def _status_kind(state: str, stats: StatsSnapshot | None) -> tuple[str, bool, bool]:
-    """What the status bar says the app is doing: (state, thinking, stalled); a change
-    of it shows at the next paint, whatever ``STATUS_REFRESH_S`` says."""
-    return (
-        state,
-        stats is not None and stats.thinking,
-        stats is not None and stats.last_stall is not None,
-    )
-
-
 class ChatApp(ConversationKeys):
     """The chat application. Build it with :func:`make_app`.
 
@@ -245,10 +235,6 @@ class ChatApp(ConversationKeys):
         """The reply whose thinking the user ended (Ctrl+N), until it ends."""
         self._reply_started_s = 0.0
         """When the live reply started (``time.monotonic``), for the notification."""
-        self._status_kind: tuple[str, bool, bool] | None = None
-        """What the status bar last said the app was doing: (state, thinking, stalled)."""
-        self._status_shown_s = 0.0
-        """When the status bar's numbers were last refreshed (``time.monotonic``)."""
 
     @property
     def session(self) -> ChatSession:
@@ -757,9 +743,10 @@ class ChatApp(ConversationKeys):
             return True
         if stats is None:
             stats = session.live_stats()
+        bar = self._status
         return (
-            _status_kind(session.state, stats) != self._status_kind
-            or time.monotonic() - self._status_shown_s >= STATUS_REFRESH_S
+            activity(session.state, stats) != bar.shown_activity
+            or time.monotonic() - bar.shown_at >= STATUS_REFRESH_S
         )
 
     def _model_name(self) -> str:
@@ -786,8 +773,6 @@ class ChatApp(ConversationKeys):
         name = self._model_name()
         if self._status.is_attached:
             self._status.show(state, stats, info, name, conversation_id=conversation_id)
-            # Whoever drew it (a paint, an event), the clock starts again (_status_due).
-            self._status_kind, self._status_shown_s = _status_kind(state, stats), time.monotonic()
             for welcome in self.query(Welcome).results(Welcome):
                 welcome.show(name, info)
 

@@ -3,6 +3,7 @@ offload, a stall, model name."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,16 @@ if TYPE_CHECKING:
     )
 
 SEPARATOR = " │ "
+
+
+def activity(state: str, stats: StatsSnapshot | None) -> tuple[str, bool]:
+    """What the line says the app is doing: the state as shown ("thinking" while a
+    reply thinks) and whether a stall is shown (only while the reply that stalled
+    streams: issue 10). The app redraws the line at once when this changes; its
+    numbers refresh on a clock of their own (``tui_chat.ui.app.STATUS_REFRESH_S``)."""
+    if state != "generating" or stats is None:
+        return state, False
+    return ("thinking" if stats.thinking else state), stats.last_stall is not None
 
 
 @dataclass
@@ -66,6 +77,10 @@ class StatusBar(Widget):
         self._load: LoadProgressed | None = None
         self._resumed: SnapshotRestored | None = None
         self._replies_since_resume = 0
+        self.shown_activity: tuple[str, bool] | None = None
+        """What the last :meth:`show` said the app was doing (see :func:`activity`)."""
+        self.shown_at = 0.0
+        """When :meth:`show` last drew the line (``time.monotonic``, seconds)."""
 
     def track(self, event: SessionEvent) -> bool:
         """Follow the session events the line shows beside the numbers: a model load's
@@ -132,8 +147,9 @@ class StatusBar(Widget):
         ``thinking``; after a reply that thought, the time to its first answer token
         follows the TTFT (``TTFT 400 ms · answer 12.7 s``).
         """
-        thinking = state == "generating" and stats is not None and stats.thinking
-        parts: dict[str, _Part] = {"state": _Part("thinking" if thinking else state)}
+        shown_state, stalled = self.shown_activity = activity(state, stats)
+        self.shown_at = time.monotonic()
+        parts: dict[str, _Part] = {"state": _Part(shown_state)}
         load = self._load
         if load is not None:
             # Whole percents: 100% only once it is all in, never rounded up to it.
@@ -174,7 +190,7 @@ class StatusBar(Widget):
         if info is not None and info.n_gpu_layers > 0:
             total = f"/{info.n_layers}" if info.n_layers else ""
             parts["gpu"] = _Part(f"GPU {info.n_gpu_layers}{total}", "")
-        stall = stats.last_stall if stats is not None and state == "generating" else None
+        stall = stats.last_stall if stalled and stats is not None else None
         if stall is not None:
             # Issue 3: a step > 3x the running median means weights are being swapped
             # out or GPU offload thrashes; say so where the user looks.
