@@ -16,6 +16,7 @@ from tests.test_thinking_app import GatedEngine
 from tui_chat.engine import stream
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.engine.reasoning import DEFAULT_FORMAT
+from tui_chat.session.events import ReplyStarted
 from tui_chat.ui import app as app_module
 from tui_chat.ui.app import ChatApp, make_app
 from tui_chat.ui.widgets.status import StatusBar
@@ -72,15 +73,25 @@ async def test_the_numbers_refresh_on_their_own_clock_not_at_every_paint(
     monkeypatch.setattr(app_module, "STATUS_REFRESH_S", refresh_s)
     shown, painted = record_status(monkeypatch)
     engine = FakeEngine([paced([*WORDS, EOG], 60)])
+    reply_started = ChatApp._reply_started
+
+    async def late_reply_started(self: ChatApp, event: ReplyStarted) -> None:
+        # The UI hears of the reply after 20 of its tokens, as when its message queue
+        # is still busy with the Enter that sent it: the paints meanwhile (the timer
+        # runs on its own) see the session generate with no reply on screen.
+        await wait_for(lambda: engine.n_yielded >= 20)
+        await reply_started(self, event)
+
+    monkeypatch.setattr(ChatApp, "_reply_started", late_reply_started)
     app = make_app(fake_config(render_interval_ms=20), engine)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         await send(pilot, "count")
         await finished(app, 1)
         # 1 s of paints every 20 ms: a new line of numbers at each (0 s); or (60 s) the
-        # paints draw the bar once, at the first that sees the session generate (none if
-        # the reply's start was drawn first), and the events of a reply's start (heard
-        # by the UI, the prefill's end) draw it once each.
+        # paints draw the bar once, at the first that sees the session generate, and
+        # the events of a reply's start (heard by the UI, the prefill's end) draw it
+        # once each.
         if many:
             assert len(painted) > 5 and len(set(shown)) > 5, shown
         else:
