@@ -117,10 +117,18 @@ class StorageThread:
                 if item is None:
                     break
                 call, future = item
+                # Running from here on: a waiter that gives up now no longer cancels
+                # it. One that gave up before (the conversations screen's search,
+                # cancelled by the next key through ``asyncio.wrap_future``) left it
+                # cancelled: the call runs all the same (it may be a write), and its
+                # outcome goes to nobody; resolving it raised and ended this thread,
+                # and with it every save of the run.
+                waited_for = future if future.set_running_or_notify_cancel() else None
                 if store is None:
-                    future.set_exception(StorageUnavailable("no history this run"))
+                    if waited_for is not None:
+                        waited_for.set_exception(StorageUnavailable("no history this run"))
                     continue
-                self._call(store, call, future)
+                self._call(store, call, waited_for)
         finally:
             if store is not None:
                 store.close()
@@ -147,7 +155,9 @@ class StorageThread:
                 self._notify(StorageNotice("the history lock is gone; saving resumed"))
             return opened.store
 
-    def _call(self, store: Store, call: Callable[[Store], Any], future: Future[Any]) -> None:
+    def _call(self, store: Store, call: Callable[[Store], Any], future: Future[Any] | None) -> None:
+        """Run ``call`` until no lock stops it (see the module docstring); its result or
+        error to ``future``, a running one, or to nobody (None)."""
         waited_from = time.monotonic()
         noticed = False
         while True:
@@ -166,11 +176,13 @@ class StorageThread:
                         )
                     time.sleep(RETRY_PAUSE_S)
                     continue
-                future.set_exception(exc)
+                if future is not None:
+                    future.set_exception(exc)
                 if not is_locked(exc):
                     self._notify(StorageNotice(f"could not save to {self.path}: {exc}", "error"))
                 return
-            future.set_result(result)
+            if future is not None:
+                future.set_result(result)
             if noticed:
                 self._notify(StorageNotice("the history lock is gone; saving resumed"))
             return
@@ -181,5 +193,5 @@ class StorageThread:
                 item = self._calls.get_nowait()
             except queue.Empty:
                 return
-            if item is not None:
+            if item is not None and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(StorageUnavailable("the storage thread has stopped"))
