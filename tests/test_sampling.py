@@ -53,6 +53,16 @@ def chain_length(llm: Any) -> int:
 
 
 def draw(llm: Any, n: int, seed: int, **options: Any) -> list[int]:
+    """The first ``n`` tokens ``llm`` draws for PROMPT with ``seed``, from a cold start.
+
+    The model forgets its tokens first, so that every draw evaluates the whole prompt
+    in one batch. Left to reuse the last draw's prefix, llama-cpp-python evaluates only
+    the prompt's last token, and the KV cache row of that token comes out different in
+    the last bits. On a 2-core AMD EPYC with AVX2 and no AVX-512, its own chain then
+    drew something else from token 3 on, at the same seed. On the AVX-512 machines
+    before it, the draws were the same.
+    """
+    llm.reset()
     llm.set_seed(seed)
     out: list[int] = []
     for token in llm.generate(llm.tokenize(PROMPT, special=True), reset=True, **options):
