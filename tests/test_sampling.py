@@ -57,10 +57,10 @@ def draw(llm: Any, n: int, seed: int, **options: Any) -> list[int]:
 
     The model forgets its tokens first, so that every draw evaluates the whole prompt
     in one batch. Left to reuse the last draw's prefix, llama-cpp-python evaluates only
-    the prompt's last token, and the KV cache row of that token comes out different in
-    the last bits. On a 2-core AMD EPYC with AVX2 and no AVX-512, its own chain then
-    drew something else from token 3 on, at the same seed. On the AVX-512 machines
-    before it, the draws were the same.
+    the prompt's last token on its own. On a 2-core AMD EPYC with AVX2 and no AVX-512,
+    that token's logits came out the same either way, but its own chain (no shortcut)
+    drew something else from token 3 on, at the same seed: cold and warm draws differ,
+    two warm or two cold draws agree. On the AVX-512 machines before it, all agreed.
     """
     llm.reset()
     llm.set_seed(seed)
