@@ -253,11 +253,11 @@ class StreamingMarkdown(MarkdownView):
         return self._line_count() if first is None else first
 
     def _repaint(self) -> None:
-        """Draw what the last append changed: a new height lays the screen out again;
-        the same height (the text grew on its last lines) marks only the rows from the
-        first changed line down, which Textual then renders alone instead of every row
-        of the reply on screen (with :class:`OneLayout`, 15-20 % less of the UI
-        thread's time while a 128-token reply of SmolLM2 streams, issue 16)."""
+        """Draw what the last append changed: only the rows from the first changed
+        line down are marked, which Textual then renders alone instead of every row of
+        the reply on screen (with :class:`OneLayout`, 15-20 % less of the UI thread's
+        time while a 128-token reply of SmolLM2 streams, issue 16); a new height also
+        lays the screen out again, which keeps the rows above as drawn."""
         if self._painter is None or self._lines_width <= 0:
             self._lines_width = -1
             self.refresh(layout=True)
@@ -265,10 +265,11 @@ class StreamingMarkdown(MarkdownView):
         height = self._line_count()
         first = self._apply(self._painter.update())
         count = self._line_count()
-        if count != height:
-            self.refresh(layout=True)
-        elif first < count:
-            self.refresh(Region(0, first, self.size.width, count - first))
+        end = max(count, height)
+        if first < end:
+            # A new height lays the screen out again; the rows above ``first`` are
+            # kept as drawn (:class:`OneLayout`).
+            self.refresh(Region(0, first, self.size.width, end - first), layout=count != height)
 
     def on_unmount(self) -> None:
         """Let go of the lines and the stream: the reply left the screen."""
