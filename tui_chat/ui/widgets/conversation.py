@@ -30,6 +30,7 @@ from typing import Any
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -96,6 +97,19 @@ class ConversationView(VerticalScroll):
 
     def on_mount(self) -> None:
         self._update_labels()
+
+    def _size_updated(
+        self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True
+    ) -> bool:
+        """A new ``virtual_size`` alone (the turns grew or shrank) asks for no second
+        layout of the screen; a new size of the view's own still does (see
+        :mod:`tui_chat.ui.one_layout`). Textual's ``show_vertical_scrollbar`` and
+        ``show_horizontal_scrollbar`` are reactives that ask for that layout themselves
+        when a scrollbar comes or goes; with the same scrollbars the second layout
+        placed every turn where the first one did, and the first had already moved the
+        view to the new end (the anchor is applied while arranging)."""
+        same = self._size == size and self._container_size == container_size
+        return super()._size_updated(size, virtual_size, container_size, layout=layout and not same)
 
     # ------------------------------------------------------------ reading
     @property
