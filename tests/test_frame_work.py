@@ -20,7 +20,7 @@ from tests.test_app_stream import finished, ready, send
 from tui_chat.engine.fake import EOG, FakeEngine, paced
 from tui_chat.ui.app import make_app
 from tui_chat.ui.markdown_view import MarkdownView, StreamingMarkdown
-from tui_chat.ui.one_layout import OneLayout
+from tui_chat.ui.one_layout import ROWS_KEPT, OneLayout
 
 SIZE = (80, 40)
 
@@ -202,3 +202,25 @@ async def test_a_new_height_redraws_the_rows_that_depend_on_it() -> None:
             await pilot.pause()
             assert app.query_one(_Growing).outer_size.height == n + 4
             assert screen_segments(app) == fresh_screen(app), n
+
+
+async def test_a_reply_that_grows_without_end_keeps_a_bounded_number_of_drawn_rows() -> None:
+    # Every row of a followed reply comes on screen once; the widgets keep only the
+    # rows near the change, not one drawn row (a Strip and its caches) per row shown.
+    # Paced so that each paint adds fewer rows than the screen shows.
+    lines = [f"line {k}\n\n" for k in range(400)]
+    engine = FakeEngine([paced([*lines, EOG], 200)], prefill_s=0.3)
+    app = make_app(fake_config(render_interval_ms=20), engine)
+    async with app.run_test(size=(60, 16)) as pilot:
+        await ready(app)
+        await send(pilot, "go")
+        await wait_for(lambda: bool(reply_turns(app)))
+        (turn,) = reply_turns(app)
+        view = turn.query_one(StreamingMarkdown)
+        most = 0
+        while app.n_replies_shown < 1:
+            await pilot.pause(0.02)
+            kept = max(len(view._styles_cache._cache), len(turn._styles_cache._cache))
+            most = max(most, kept)
+        assert view._line_count() > 2 * ROWS_KEPT + 100
+        assert 0 < most <= ROWS_KEPT + 16

@@ -37,6 +37,10 @@ from __future__ import annotations
 from textual.geometry import Region, Size
 from textual.widget import Widget
 
+ROWS_KEPT = 256
+"""Most drawn rows a widget keeps across changes of its height (a screen shows far
+fewer)."""
+
 
 class OneLayout(Widget):
     """Mixin: a widget whose new size asks for no second layout while it can show no
@@ -63,5 +67,13 @@ class OneLayout(Widget):
         super()._size_updated(size, virtual_size, container_size, layout=False)
         self._dirty_regions.add(rows)
         self._repaint_regions.add(rows)
-        self._styles_cache.set_dirty(rows)
+        cache = self._styles_cache
+        cache.set_dirty(rows)
+        if len(cache._cache) > ROWS_KEPT:
+            # Rows far above the change leave the cache (drawn again if they come back
+            # on screen): a reply that grows without end would keep every row it ever
+            # showed, each a Strip with caches of its own (case C36's kind).
+            low = top - ROWS_KEPT // 2
+            for y in [y for y in cache._cache if y < low]:
+                del cache._cache[y]
         return True
