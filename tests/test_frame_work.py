@@ -40,7 +40,24 @@ def pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-async def test_a_line_gained_costs_one_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("text", "tokens_per_s", "size", "scrolls"),
+    [
+        # At the pace of SmolLM2 decoding on 2 cores, painted at the default interval.
+        (PROSE, 110, SIZE, False),
+        # The reply outgrows the screen at once: the chat's scrolling view grows with
+        # it and follows its end, and asks for no layout of its own for that.
+        (PROSE * 3, 400, (60, 16), True),
+    ],
+    ids=["fits", "scrolls"],
+)
+async def test_a_line_gained_costs_one_layout(
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    tokens_per_s: float,
+    size: tuple[int, int],
+    scrolls: bool,
+) -> None:
     layouts = 0
     original = Screen._refresh_layout
 
@@ -58,10 +75,9 @@ async def test_a_line_gained_costs_one_layout(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(Screen, "_refresh_layout", counting)
     monkeypatch.setattr(StreamingMarkdown, "_repaint", recording)
-    # At the pace of SmolLM2 decoding on 2 cores, painted at the default interval.
-    engine = FakeEngine([paced([*pieces(PROSE, 4), EOG], 110)], prefill_s=0.3)
+    engine = FakeEngine([paced([*pieces(text, 4), EOG], tokens_per_s)], prefill_s=0.3)
     app = make_app(fake_config(render_interval_ms=80), engine)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await ready(app)
         await send(pilot, "go")
         await wait_for(lambda: len(heights) > 0)
@@ -72,6 +88,7 @@ async def test_a_line_gained_costs_one_layout(monkeypatch: pytest.MonkeyPatch) -
         # The reply gained lines over many paints; the end of the reply (its final
         # text, the note, the composer again) lays out a few times more.
         assert gained >= 8
+        assert (app.chat.max_scroll_y > 20) is scrolls
         assert layouts - before <= gained + 6, (layouts - before, gained)
 
 
@@ -98,43 +115,6 @@ async def test_rows_redrawn_in_place_match_the_widget() -> None:
             checked += 1
         assert checked >= 10
         await finished(app, 1)
-
-
-async def test_a_line_gained_costs_one_layout_while_the_chat_scrolls(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The reply outgrows the screen at once: the chat's scrolling container grows with
-    # it and follows its end, and asks for no layout of its own for that.
-    layouts = 0
-    original = Screen._refresh_layout
-
-    def counting(self: Screen[Any], *args: Any, **kwargs: Any) -> None:
-        nonlocal layouts
-        layouts += 1
-        original(self, *args, **kwargs)
-
-    heights: list[int] = []
-    repaint = StreamingMarkdown._repaint
-
-    def recording(self: StreamingMarkdown) -> None:
-        repaint(self)
-        heights.append(self._line_count())
-
-    monkeypatch.setattr(Screen, "_refresh_layout", counting)
-    monkeypatch.setattr(StreamingMarkdown, "_repaint", recording)
-    engine = FakeEngine([paced([*pieces(PROSE * 3, 4), EOG], 400)], prefill_s=0.3)
-    app = make_app(fake_config(render_interval_ms=80), engine)
-    async with app.run_test(size=(60, 16)) as pilot:
-        await ready(app)
-        await send(pilot, "go")
-        await wait_for(lambda: len(heights) > 0)
-        before = layouts
-        await finished(app, 1)
-        await pilot.pause()
-        gained = sum(1 for a, b in zip(heights, heights[1:], strict=False) if b != a)
-        assert gained >= 8
-        assert app.chat.max_scroll_y > 20  # the chat scrolled
-        assert layouts - before <= gained + 6, (layouts - before, gained)
 
 
 def fresh_screen(app: Any) -> list[list[Any]]:
