@@ -97,7 +97,10 @@ def test_settings_are_saved_with_the_conversation_and_come_back_on_resume(
     session.apply_settings(MINE)  # before the conversation exists: saved with it
     session.submit("hello")
     events.wait(ReplyFinished)
+    # The session learns its conversation's id in the save's done-callback, on the
+    # storage thread after the commit: a reader of the file can see the row first.
     wait_for_sync(lambda: len(saved_settings(history)) == 1)
+    wait_for_sync(lambda: session.conversation_id is not None)
     conversation_id = session.conversation_id
     assert saved_settings(history)[0][0] == conversation_id
     session.apply_settings(ChatSettings("Terse.", MINE.sampling))  # changed: replaced
